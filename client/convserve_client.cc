@@ -1,0 +1,107 @@
+#include "client/convserve_client.h"
+
+#include <grpcpp/create_channel.h>
+#include <grpcpp/security/credentials.h>
+
+namespace convserve {
+
+absl::Status FromGrpcStatus(const grpc::Status& status) {
+  if (status.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
+                      status.error_message());
+}
+
+ConvServeClient::ConvServeClient(const ClientOptions& options) : options_(options) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(options.max_message_bytes);
+  args.SetMaxSendMessageSize(options.max_message_bytes);
+  channel_ = grpc::CreateCustomChannel(options.address, grpc::InsecureChannelCredentials(), args);
+  convserve_ = v1::ConvServe::NewStub(channel_);
+  kserve_ = inference::GRPCInferenceService::NewStub(channel_);
+}
+
+void ConvServeClient::Prepare(grpc::ClientContext* context) const {
+  context->set_deadline(std::chrono::system_clock::now() + options_.timeout);
+}
+
+absl::StatusOr<v1::LoadGraphResponse> ConvServeClient::LoadGraph(const v1::GraphDef& graph) {
+  grpc::ClientContext context;
+  Prepare(&context);
+  v1::LoadGraphRequest request;
+  *request.mutable_graph() = graph;
+  v1::LoadGraphResponse response;
+  grpc::Status status = convserve_->LoadGraph(&context, request, &response);
+  if (!status.ok()) return FromGrpcStatus(status);
+  return response;
+}
+
+absl::Status ConvServeClient::UnloadGraph(const std::string& graph) {
+  grpc::ClientContext context;
+  Prepare(&context);
+  v1::UnloadGraphRequest request;
+  request.set_graph(graph);
+  v1::UnloadGraphResponse response;
+  return FromGrpcStatus(convserve_->UnloadGraph(&context, request, &response));
+}
+
+absl::StatusOr<v1::ListGraphsResponse> ConvServeClient::ListGraphs() {
+  grpc::ClientContext context;
+  Prepare(&context);
+  v1::ListGraphsResponse response;
+  grpc::Status status = convserve_->ListGraphs(&context, v1::ListGraphsRequest(), &response);
+  if (!status.ok()) return FromGrpcStatus(status);
+  return response;
+}
+
+absl::StatusOr<v1::GraphInfo> ConvServeClient::GetGraph(const std::string& graph) {
+  grpc::ClientContext context;
+  Prepare(&context);
+  v1::GetGraphRequest request;
+  request.set_graph(graph);
+  v1::GetGraphResponse response;
+  grpc::Status status = convserve_->GetGraph(&context, request, &response);
+  if (!status.ok()) return FromGrpcStatus(status);
+  return response.graph();
+}
+
+absl::StatusOr<v1::InferResponse> ConvServeClient::Infer(const v1::InferRequest& request) {
+  grpc::ClientContext context;
+  Prepare(&context);
+  v1::InferResponse response;
+  grpc::Status status = convserve_->Infer(&context, request, &response);
+  if (!status.ok()) return FromGrpcStatus(status);
+  return response;
+}
+
+absl::StatusOr<bool> ConvServeClient::ServerLive() {
+  grpc::ClientContext context;
+  Prepare(&context);
+  inference::ServerLiveResponse response;
+  grpc::Status status = kserve_->ServerLive(&context, inference::ServerLiveRequest(), &response);
+  if (!status.ok()) return FromGrpcStatus(status);
+  return response.live();
+}
+
+absl::StatusOr<inference::ModelMetadataResponse> ConvServeClient::ModelMetadata(
+    const std::string& model) {
+  grpc::ClientContext context;
+  Prepare(&context);
+  inference::ModelMetadataRequest request;
+  request.set_name(model);
+  inference::ModelMetadataResponse response;
+  grpc::Status status = kserve_->ModelMetadata(&context, request, &response);
+  if (!status.ok()) return FromGrpcStatus(status);
+  return response;
+}
+
+absl::StatusOr<inference::ModelInferResponse> ConvServeClient::ModelInfer(
+    const inference::ModelInferRequest& request) {
+  grpc::ClientContext context;
+  Prepare(&context);
+  inference::ModelInferResponse response;
+  grpc::Status status = kserve_->ModelInfer(&context, request, &response);
+  if (!status.ok()) return FromGrpcStatus(status);
+  return response;
+}
+
+}  // namespace convserve

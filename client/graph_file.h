@@ -1,0 +1,37 @@
+// Graph definitions from text files, and made-up parameters and inputs for
+// trying a graph out: weights from a seed, random input tensors.
+#ifndef CONVSERVE_CLIENT_GRAPH_FILE_H_
+#define CONVSERVE_CLIENT_GRAPH_FILE_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "convserve/v1/convserve.pb.h"
+
+namespace convserve {
+
+// Reads a GraphDef from protobuf text format, or JSON when the path ends in
+// ".json". Errors name the file and the parser's line and column.
+absl::StatusOr<v1::GraphDef> ReadGraphFile(const std::string& path);
+
+// Fills every layer whose weights are empty with values drawn from `seed`
+// (uniform, scaled by 1/sqrt(fan-in) so activations stay O(1) through deep
+// stacks), and, when `with_bias`, every empty bias too. Deterministic for a
+// given seed and graph. INVALID_ARGUMENT when the graph's sizes are not set.
+absl::Status FillParameters(uint64_t seed, bool with_bias, v1::GraphDef* graph);
+
+// `count` values uniform in [-1, 1) from `seed`, as bytes of `type`.
+std::string RandomTensorBytes(v1::DataType type, int64_t count, uint64_t seed);
+
+// Bytes per element of a data type (0 when unspecified).
+int ElementSize(v1::DataType type);
+
+// Reads a whole file; NOT_FOUND when it cannot be opened.
+absl::StatusOr<std::string> ReadFileBytes(const std::string& path);
+absl::Status WriteFileBytes(const std::string& path, const std::string& bytes);
+
+}  // namespace convserve
+
+#endif  // CONVSERVE_CLIENT_GRAPH_FILE_H_

@@ -1,0 +1,100 @@
+#include "server/convserve_service.h"
+
+#include "absl/strings/str_cat.h"
+#include "server/grpc_status.h"
+#include "server/proto_convert.h"
+
+namespace convserve {
+namespace {
+
+grpc::ServerUnaryReactor* Finish(grpc::CallbackServerContext* context,
+                                 const absl::Status& status) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(ToGrpcStatus(status));
+  return reactor;
+}
+
+absl::Status RequireGraphName(const std::string& graph) {
+  if (graph.empty()) return absl::InvalidArgumentError("graph is required (a name or an id)");
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+grpc::ServerUnaryReactor* ConvServeService::LoadGraph(grpc::CallbackServerContext* context,
+                                                      const v1::LoadGraphRequest* request,
+                                                      v1::LoadGraphResponse* response) {
+  if (!request->has_graph()) return Finish(context, absl::InvalidArgumentError("graph is required"));
+  // The request is ours until Finish; moving the weights out avoids a copy.
+  auto* graph = const_cast<v1::LoadGraphRequest*>(request)->mutable_graph();
+  absl::StatusOr<GraphSpec> spec = GraphSpecFromProto(graph);
+  if (!spec.ok()) return Finish(context, spec.status());
+  absl::StatusOr<GraphRegistry::AddResult> added = core_->LoadGraph(*std::move(spec));
+  if (!added.ok()) return Finish(context, added.status());
+  response->set_graph_id(added->graph->id());
+  response->set_already_loaded(added->already_loaded);
+  return Finish(context, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* ConvServeService::UnloadGraph(grpc::CallbackServerContext* context,
+                                                        const v1::UnloadGraphRequest* request,
+                                                        v1::UnloadGraphResponse* /*response*/) {
+  absl::Status status = RequireGraphName(request->graph());
+  if (status.ok()) status = core_->UnloadGraph(request->graph());
+  return Finish(context, status);
+}
+
+grpc::ServerUnaryReactor* ConvServeService::ListGraphs(grpc::CallbackServerContext* context,
+                                                       const v1::ListGraphsRequest* /*request*/,
+                                                       v1::ListGraphsResponse* response) {
+  for (const auto& graph : core_->ListGraphs()) GraphInfoToProto(*graph, response->add_graphs());
+  return Finish(context, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* ConvServeService::GetGraph(grpc::CallbackServerContext* context,
+                                                     const v1::GetGraphRequest* request,
+                                                     v1::GetGraphResponse* response) {
+  absl::Status status = RequireGraphName(request->graph());
+  if (!status.ok()) return Finish(context, status);
+  absl::StatusOr<std::shared_ptr<const Graph>> graph = core_->FindGraph(request->graph());
+  if (!graph.ok()) return Finish(context, graph.status());
+  GraphInfoToProto(**graph, response->mutable_graph());
+  return Finish(context, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* ConvServeService::Infer(grpc::CallbackServerContext* context,
+                                                  const v1::InferRequest* request,
+                                                  v1::InferResponse* response) {
+  absl::Status status = RequireGraphName(request->graph());
+  if (!status.ok()) return Finish(context, status);
+  absl::StatusOr<std::shared_ptr<const Graph>> graph = core_->FindGraph(request->graph());
+  if (!graph.ok()) return Finish(context, graph.status());
+  absl::StatusOr<WireTensor> input = InferInputFromProto(**graph, *request);
+  if (!input.ok()) return Finish(context, input.status());
+
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  const DType dtype = (*graph)->spec().dtype;
+  const Layout layout = (*graph)->spec().layout;
+  response->set_graph_id((*graph)->id());
+  InferCall call;
+  call.graph = *std::move(graph);
+  call.input_shape = std::move(input->shape);
+  call.input = input->bytes;
+  call.output = response->mutable_output()->mutable_data();
+  call.cancelled = [context] { return context->IsCancelled(); };
+  call.done = [reactor, response, dtype, layout](const absl::Status& status, const Shape& shape) {
+    if (status.ok()) {
+      v1::Tensor* output = response->mutable_output();
+      for (int64_t d : shape) output->add_shape(d);
+      output->set_data_type(DataTypeToProto(dtype));
+      output->set_layout(LayoutToProto(layout));
+    } else {
+      response->Clear();  // never a partial result
+    }
+    reactor->Finish(ToGrpcStatus(status));
+  };
+  core_->Infer(std::move(call));
+  return reactor;
+}
+
+}  // namespace convserve

@@ -1,0 +1,53 @@
+// The gRPC server: both services, health checking and reflection on one
+// address. Owned by main() or by a test; the core must outlive it.
+#ifndef CONVSERVE_SERVER_GRPC_SERVER_H_
+#define CONVSERVE_SERVER_GRPC_SERVER_H_
+
+#include <grpcpp/server.h>
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "server/convserve_service.h"
+#include "server/inference_core.h"
+#include "server/kserve_service.h"
+
+namespace convserve {
+
+struct GrpcServerOptions {
+  // host:port to listen on; port 0 picks a free port (see port()).
+  std::string listen_address = "0.0.0.0:8001";
+  // Largest request or response message in bytes.
+  int max_message_bytes = 256 << 20;
+};
+
+class GrpcServer {
+ public:
+  // Binds and starts serving. UNAVAILABLE when the address cannot be bound.
+  static absl::StatusOr<std::unique_ptr<GrpcServer>> Start(const GrpcServerOptions& options,
+                                                           InferenceCore* core);
+  ~GrpcServer();
+
+  // The bound port.
+  int port() const { return port_; }
+
+  // Graceful stop: health turns NOT_SERVING, new requests are refused,
+  // accepted ones finish, then calls still open after `grace` are cancelled.
+  void Shutdown(absl::Duration grace);
+
+ private:
+  GrpcServer(InferenceCore* core) : core_(core), convserve_(core), kserve_(core) {}
+
+  InferenceCore* const core_;  // owned by the caller of Start
+  ConvServeService convserve_;
+  KServeService kserve_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+  bool shut_down_ = false;
+};
+
+}  // namespace convserve
+
+#endif  // CONVSERVE_SERVER_GRPC_SERVER_H_

@@ -1,0 +1,21 @@
+#include "server/grpc_status.h"
+
+#include <string>
+
+namespace convserve {
+
+grpc::Status ToGrpcStatus(const absl::Status& status) {
+  if (status.ok()) return grpc::Status::OK;
+  constexpr size_t kMaxMessage = 1024;
+  std::string message(status.message());
+  if (message.size() > kMaxMessage) {
+    message.resize(kMaxMessage - 3);
+    message += "...";
+  }
+  const int code = static_cast<int>(status.code());
+  const bool known = code > 0 && code <= static_cast<int>(grpc::StatusCode::UNAUTHENTICATED);
+  return grpc::Status(known ? static_cast<grpc::StatusCode>(code) : grpc::StatusCode::UNKNOWN,
+                      message);
+}
+
+}  // namespace convserve

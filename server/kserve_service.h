@@ -1,0 +1,47 @@
+// The KServe v2 inference protocol (inference.GRPCInferenceService), so
+// KServe and Triton clients work unchanged. Each loaded graph is a model of
+// the same name with one version, "1", one input "input" and one output
+// "output"; tensor shapes are in byte order (N, H, W, C for NHWC graphs).
+#ifndef CONVSERVE_SERVER_KSERVE_SERVICE_H_
+#define CONVSERVE_SERVER_KSERVE_SERVICE_H_
+
+#include "inference/grpc_predict_v2.grpc.pb.h"
+#include "server/inference_core.h"
+
+namespace convserve {
+
+class KServeService final : public inference::GRPCInferenceService::CallbackService {
+ public:
+  // `core` outlives the service.
+  explicit KServeService(InferenceCore* core) : core_(core) {}
+
+  grpc::ServerUnaryReactor* ServerLive(grpc::CallbackServerContext* context,
+                                       const inference::ServerLiveRequest* request,
+                                       inference::ServerLiveResponse* response) override;
+  grpc::ServerUnaryReactor* ServerReady(grpc::CallbackServerContext* context,
+                                        const inference::ServerReadyRequest* request,
+                                        inference::ServerReadyResponse* response) override;
+  grpc::ServerUnaryReactor* ModelReady(grpc::CallbackServerContext* context,
+                                       const inference::ModelReadyRequest* request,
+                                       inference::ModelReadyResponse* response) override;
+  grpc::ServerUnaryReactor* ServerMetadata(grpc::CallbackServerContext* context,
+                                           const inference::ServerMetadataRequest* request,
+                                           inference::ServerMetadataResponse* response) override;
+  grpc::ServerUnaryReactor* ModelMetadata(grpc::CallbackServerContext* context,
+                                          const inference::ModelMetadataRequest* request,
+                                          inference::ModelMetadataResponse* response) override;
+  grpc::ServerUnaryReactor* ModelInfer(grpc::CallbackServerContext* context,
+                                       const inference::ModelInferRequest* request,
+                                       inference::ModelInferResponse* response) override;
+
+ private:
+  // The graph for a model name and version ("" or "1").
+  absl::StatusOr<std::shared_ptr<const Graph>> FindModel(const std::string& name,
+                                                         const std::string& version) const;
+
+  InferenceCore* const core_;
+};
+
+}  // namespace convserve
+
+#endif  // CONVSERVE_SERVER_KSERVE_SERVICE_H_

@@ -1,0 +1,103 @@
+// convserve-server: serves convserve.v1 and KServe v2 over gRPC until SIGTERM
+// or SIGINT, then drains accepted requests and exits 0.
+#include <signal.h>
+
+#include <cstdlib>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "server/backend_factory.h"
+#include "server/grpc_server.h"
+#include "server/inference_core.h"
+#include "server/version.h"
+#include "spdlog/spdlog.h"
+
+ABSL_FLAG(std::string, listen, "0.0.0.0:8001", "gRPC listen address (host:port)");
+ABSL_FLAG(std::string, backend, "auto",
+          "inference backend: auto (GPU when present, else CPU), cpu or cuda");
+ABSL_FLAG(int, max_message_bytes, 256 << 20, "largest gRPC request or response, in bytes");
+ABSL_FLAG(int, cpu_threads, 0, "threads of the CPU backend; 0 = one per hardware thread");
+ABSL_FLAG(int, request_threads, 2, "workers that run requests concurrently");
+ABSL_FLAG(int, max_queued_requests, 256,
+          "requests waiting for a worker before new ones get RESOURCE_EXHAUSTED");
+ABSL_FLAG(int, max_graphs, 64, "graphs loaded at once");
+ABSL_FLAG(int64_t, max_parameter_bytes, int64_t{4} << 30,
+          "weight and bias bytes of all loaded graphs together");
+ABSL_FLAG(int64_t, max_tensor_bytes, int64_t{1} << 30,
+          "largest input, intermediate or output tensor, in bytes");
+ABSL_FLAG(int, max_layers, 256, "layers per graph");
+ABSL_FLAG(double, shutdown_grace_seconds, 30,
+          "on SIGTERM, how long open calls may take after accepted work is done");
+ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error or off");
+
+namespace convserve {
+namespace {
+
+int Run() {
+  spdlog::set_level(spdlog::level::from_str(absl::GetFlag(FLAGS_log_level)));
+  // Block the stop signals before any thread starts so only sigwait sees them.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  absl::StatusOr<BackendChoice> choice =
+      MakeBackend(absl::GetFlag(FLAGS_backend), absl::GetFlag(FLAGS_cpu_threads));
+  if (!choice.ok()) {
+    spdlog::critical("cannot start: {}", choice.status().ToString());
+    return 2;
+  }
+  spdlog::info("convserve {} starting; {}; {}", kConvServeVersion, choice->reason,
+               choice->backend->Describe());
+
+  InferenceCoreOptions options;
+  options.graph_limits.max_tensor_bytes = absl::GetFlag(FLAGS_max_tensor_bytes);
+  options.graph_limits.max_layers = absl::GetFlag(FLAGS_max_layers);
+  options.registry.max_graphs = absl::GetFlag(FLAGS_max_graphs);
+  options.registry.max_parameter_bytes = absl::GetFlag(FLAGS_max_parameter_bytes);
+  options.graph_limits.max_parameter_bytes = options.registry.max_parameter_bytes;
+  options.executor.threads = absl::GetFlag(FLAGS_request_threads);
+  options.executor.max_queued = absl::GetFlag(FLAGS_max_queued_requests);
+  absl::StatusOr<std::unique_ptr<InferenceCore>> core =
+      InferenceCore::Create(options, std::move(choice->backend));
+  if (!core.ok()) {
+    spdlog::critical("cannot start: {}", core.status().ToString());
+    return 2;
+  }
+
+  GrpcServerOptions server_options;
+  server_options.listen_address = absl::GetFlag(FLAGS_listen);
+  server_options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
+  absl::StatusOr<std::unique_ptr<GrpcServer>> server =
+      GrpcServer::Start(server_options, core->get());
+  if (!server.ok()) {
+    spdlog::critical("cannot start: {}", server.status().ToString());
+    return 2;
+  }
+  spdlog::info("listening on {} (port {}): convserve.v1.ConvServe, inference.GRPCInferenceService, "
+               "grpc.health.v1, reflection",
+               server_options.listen_address, (*server)->port());
+
+  int signal_number = 0;
+  sigwait(&stop_signals, &signal_number);
+  spdlog::info("received {}; draining accepted requests", strsignal(signal_number));
+  (*server)->Shutdown(absl::Seconds(absl::GetFlag(FLAGS_shutdown_grace_seconds)));
+  spdlog::info("stopped");
+  return 0;
+}
+
+}  // namespace
+}  // namespace convserve
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "convserve-server: gRPC inference for conv -> bias -> activation graphs.\n"
+      "  convserve-server --listen=0.0.0.0:8001 --backend=auto");
+  absl::ParseCommandLine(argc, argv);
+  return convserve::Run();
+}

@@ -1,0 +1,52 @@
+// The one place that translates wire messages (convserve.v1, KServe v2) to
+// engine types and back. Errors name the proto field a user must change.
+#ifndef CONVSERVE_SERVER_PROTO_CONVERT_H_
+#define CONVSERVE_SERVER_PROTO_CONVERT_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "convserve/v1/convserve.pb.h"
+#include "engine/graph.h"
+#include "engine/tensor.h"
+#include "inference/grpc_predict_v2.pb.h"
+
+namespace convserve {
+
+// Moves weights out of `graph` (no copy). Checks enum values; the rest is
+// checked by Graph::Create.
+absl::StatusOr<GraphSpec> GraphSpecFromProto(v1::GraphDef* graph);
+// Metadata of a loaded graph, weights left out.
+void GraphInfoToProto(const Graph& graph, v1::GraphInfo* info);
+
+v1::DataType DataTypeToProto(DType dtype);
+v1::Layout LayoutToProto(Layout layout);
+
+// The tensor of a convserve.v1 Infer request, checked against the graph.
+struct WireTensor {
+  // Logical N, C, spatial....
+  Shape shape;
+  // Points into the request message.
+  absl::Span<const uint8_t> bytes;
+};
+absl::StatusOr<WireTensor> InferInputFromProto(const Graph& graph, const v1::InferRequest& request);
+
+// KServe v2: "FP32", "FP16", "BF16".
+std::string KServeDataType(DType dtype);
+// KServe tensors carry the physical shape, the dims in byte order (N, H, W, C
+// for NHWC); -1 marks a variable dim.
+void KServeMetadataToProto(const Graph& graph, inference::ModelMetadataResponse* response);
+absl::StatusOr<WireTensor> KServeInputFromProto(const Graph& graph,
+                                                const inference::ModelInferRequest& request);
+// Checks the requested outputs: none, or the one named "output".
+absl::Status CheckKServeOutputs(const inference::ModelInferRequest& request);
+// Physical shape for a KServe response.
+Shape KServeShape(const Graph& graph, const Shape& logical);
+
+// Tensor names of every graph in the KServe protocol.
+inline constexpr char kInputName[] = "input";
+inline constexpr char kOutputName[] = "output";
+
+}  // namespace convserve
+
+#endif  // CONVSERVE_SERVER_PROTO_CONVERT_H_

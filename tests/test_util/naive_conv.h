@@ -1,0 +1,34 @@
+// The test oracle: a graph evaluated straight from its definition in double
+// precision, one output element at a time, indexing the graph's own layout
+// (no reordering), so it shares no code path with the backends it checks.
+#ifndef CONVSERVE_TESTS_TEST_UTIL_NAIVE_CONV_H_
+#define CONVSERVE_TESTS_TEST_UTIL_NAIVE_CONV_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/graph.h"
+
+namespace convserve {
+
+// Decodes `input` (bytes of the graph's dtype and layout, logical dims
+// `input_shape`) and returns the final output's values in the graph's layout,
+// with its logical shape in `output_shape`.
+std::vector<double> NaiveForward(const Graph& graph, const Shape& input_shape,
+                                 const std::string& input, Shape* output_shape);
+
+// Activation in double, written from the formulas in convserve.proto.
+double NaiveActivation(const Activation& activation, double x);
+
+// sqrt(sum (a-b)^2) / max(sqrt(sum b^2), tiny): the relative L2 error of
+// `actual` against `expected`. Infinite when sizes differ or `actual` has
+// a NaN, so an unwritten (NaN-filled) element fails.
+double RelativeL2Error(const std::vector<double>& actual, const std::vector<double>& expected);
+
+// Decodes bytes of `dtype` to doubles.
+std::vector<double> DecodeToDouble(DType dtype, const std::string& bytes);
+
+}  // namespace convserve
+
+#endif  // CONVSERVE_TESTS_TEST_UTIL_NAIVE_CONV_H_

@@ -1,0 +1,33 @@
+// A real convserve gRPC server on a loopback port inside the test process.
+#ifndef CONVSERVE_TESTS_TEST_UTIL_TEST_SERVER_H_
+#define CONVSERVE_TESTS_TEST_UTIL_TEST_SERVER_H_
+
+#include <memory>
+#include <string>
+
+#include "engine/backend.h"
+#include "server/grpc_server.h"
+#include "server/inference_core.h"
+
+namespace convserve {
+
+class TestServer {
+ public:
+  // Starts on 127.0.0.1 with a free port. `backend` defaults to the CPU
+  // backend with 2 threads. Aborts the test binary if it cannot start.
+  static std::unique_ptr<TestServer> Start(const InferenceCoreOptions& options = {},
+                                           std::unique_ptr<Backend> backend = nullptr);
+
+  // "127.0.0.1:PORT".
+  std::string address() const;
+  InferenceCore* core() { return core_.get(); }
+  GrpcServer* server() { return server_.get(); }
+
+ private:
+  std::unique_ptr<InferenceCore> core_;
+  std::unique_ptr<GrpcServer> server_;
+};
+
+}  // namespace convserve
+
+#endif  // CONVSERVE_TESTS_TEST_UTIL_TEST_SERVER_H_
