@@ -98,6 +98,10 @@ absl::StatusOr<v1::GraphDef> ReadGraphFile(const std::string& path) {
 }
 
 absl::Status FillParameters(uint64_t seed, bool with_bias, v1::GraphDef* graph) {
+  if (ElementSize(graph->data_type()) == 0) {
+    return absl::InvalidArgumentError(
+        "data_type must be FLOAT32, FLOAT16 or BFLOAT16 before parameters can be filled");
+  }
   std::mt19937_64 rng(seed);
   int64_t in_channels = graph->input_channels();
   for (int i = 0; i < graph->layers_size(); ++i) {

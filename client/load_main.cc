@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdio>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -33,6 +34,8 @@ ABSL_FLAG(std::string, save_output, "", "write the first response's output bytes
 ABSL_FLAG(std::string, protocol, "convserve", "convserve (convserve.v1.Infer) or kserve (ModelInfer)");
 ABSL_FLAG(int, requests, 1, "inference requests to send, one after another");
 ABSL_FLAG(bool, unload, false, "unload the graph at the end");
+ABSL_FLAG(double, wait_for_server, 0,
+          "seconds to wait for the server to answer ServerLive before starting (0: no wait)");
 
 namespace convserve {
 namespace {
@@ -72,6 +75,17 @@ int Run() {
   ClientOptions options;
   options.address = absl::GetFlag(FLAGS_server);
   ConvServeClient client(options);
+  const double wait_seconds = absl::GetFlag(FLAGS_wait_for_server);
+  if (wait_seconds > 0) {
+    const auto deadline = std::chrono::steady_clock::now() +
+                          std::chrono::milliseconds(static_cast<int64_t>(wait_seconds * 1000));
+    absl::StatusOr<bool> live = client.ServerLive();
+    while (!(live.ok() && *live) && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      live = client.ServerLive();
+    }
+    if (!live.ok()) return Fail("waiting for the server", live.status());
+  }
 
   std::string graph_ref = absl::GetFlag(FLAGS_graph);
   const std::string graph_file = absl::GetFlag(FLAGS_graph_file);

@@ -35,15 +35,8 @@ client_address="${listen/0.0.0.0/127.0.0.1}"
 "$build/convserve-server" "${server_flags[@]}" &
 server_pid=$!
 trap 'kill -TERM $server_pid 2>/dev/null; wait $server_pid' INT TERM
-# Wait until the server answers (bounded).
-for _ in $(seq 1 50); do
-  if "$build/convserve-load" --server="$client_address" --graph=none >/dev/null 2>&1 ||
-     ! kill -0 $server_pid 2>/dev/null; then break; fi
-  if "$build/convserve-load" --server="$client_address" --graph=none 2>&1 | grep -q NOT_FOUND; then break; fi
-  sleep 0.2
-done
 echo "--- demo: loading deploy/examples/resnet_block.textproto and sending 100 requests"
-"$build/convserve-load" --server="$client_address" \
+"$build/convserve-load" --server="$client_address" --wait_for_server=30 \
   --graph_file="$root/deploy/examples/resnet_block.textproto" --input_shape=1,3,64,64 --requests=100
 echo "--- demo done; server still running on $listen (Ctrl-C stops it)"
 wait $server_pid

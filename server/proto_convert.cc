@@ -115,6 +115,18 @@ std::vector<int64_t> ToVector(const Repeated& values) {
   return std::vector<int64_t>(values.begin(), values.end());
 }
 
+// Generated *_Name() returns "" for a value outside the enum, which would
+// blank the message exactly where the user needs to see the value.
+std::string NameForMessage(v1::DataType type) {
+  const std::string& name = v1::DataType_Name(type);
+  return name.empty() ? absl::StrCat("unknown value ", static_cast<int>(type)) : name;
+}
+
+std::string NameForMessage(v1::Layout layout) {
+  const std::string& name = v1::Layout_Name(layout);
+  return name.empty() ? absl::StrCat("unknown value ", static_cast<int>(layout)) : name;
+}
+
 absl::Span<const uint8_t> BytesOf(const std::string& s) {
   return absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(s.data()), s.size());
 }
@@ -208,12 +220,12 @@ absl::StatusOr<WireTensor> InferInputFromProto(const Graph& graph,
   if (input.data_type() != v1::DATA_TYPE_UNSPECIFIED &&
       input.data_type() != DataTypeToProto(spec.dtype)) {
     return Invalid("input.data_type",
-                   absl::StrCat("is ", v1::DataType_Name(input.data_type()), "; graph '",
+                   absl::StrCat("is ", NameForMessage(input.data_type()), "; graph '",
                                 graph.name(), "' takes ",
                                 v1::DataType_Name(DataTypeToProto(spec.dtype))));
   }
   if (input.layout() != v1::LAYOUT_UNSPECIFIED && input.layout() != LayoutToProto(spec.layout)) {
-    return Invalid("input.layout", absl::StrCat("is ", v1::Layout_Name(input.layout()),
+    return Invalid("input.layout", absl::StrCat("is ", NameForMessage(input.layout()),
                                                 "; graph '", graph.name(), "' takes ",
                                                 LayoutName(spec.layout)));
   }
@@ -282,6 +294,23 @@ absl::StatusOr<WireTensor> KServeInputFromProto(const Graph& graph,
                                 rank, " in ", LayoutName(graph.spec().layout), " order"));
   }
   Shape physical = ToVector(input.shape());
+  // Checked here in the order the client sent the dims: once reordered to
+  // N, C, ..., the engine's dim numbers would not match the request's.
+  for (size_t d = 0; d < rank; ++d) {
+    if (physical[d] < 1) {
+      return Invalid("inputs[0].shape",
+                     absl::StrCat("[", absl::StrJoin(physical, ", "), "] has dim ", d, " = ",
+                                  physical[d], "; every dim must be >= 1"));
+    }
+  }
+  const size_t channel_dim = IsChannelsLast(graph.spec().layout) ? rank - 1 : 1;
+  if (physical[channel_dim] != graph.spec().input_channels) {
+    return Invalid("inputs[0].shape",
+                   absl::StrCat("[", absl::StrJoin(physical, ", "), "] has C = ",
+                                physical[channel_dim], " at dim ", channel_dim, " (",
+                                LayoutName(graph.spec().layout), " order); model '", graph.name(),
+                                "' takes C = ", graph.spec().input_channels));
+  }
   Shape logical = physical;
   if (IsChannelsLast(graph.spec().layout)) {
     logical = {physical[0], physical[rank - 1]};
@@ -303,6 +332,19 @@ absl::StatusOr<WireTensor> KServeInputFromProto(const Graph& graph,
     return WireTensor{std::move(logical),
                       absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(values.data()),
                                           values.size() * sizeof(float))};
+  }
+  if (input.has_contents()) {
+    // Only FP32 has a typed field here; FP16/BF16 travel as raw bytes, since
+    // a float -> half conversion on the server would hide the client's rounding.
+    if (dtype == DType::kFloat32) {
+      return Invalid("inputs[0].contents",
+                     absl::StrCat("holds no fp32_contents; model '", graph.name(),
+                                  "' takes FP32 values there or bytes in raw_input_contents"));
+    }
+    return Invalid("inputs[0].contents",
+                   absl::StrCat("is for FP32 models only; model '", graph.name(), "' takes ",
+                                KServeDataType(dtype),
+                                ": send the tensor's bytes in raw_input_contents"));
   }
   return Invalid("raw_input_contents", absl::StrCat("is empty; send the tensor bytes there",
                                                     dtype == DType::kFloat32
