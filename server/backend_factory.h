@@ -2,6 +2,7 @@
 #ifndef CONVSERVE_SERVER_BACKEND_FACTORY_H_
 #define CONVSERVE_SERVER_BACKEND_FACTORY_H_
 
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -10,15 +11,36 @@
 
 namespace convserve {
 
+struct BackendConfig {
+  // "auto", "cpu" or "cuda".
+  std::string name = "auto";
+  // CPU backend threads; 0 = one per hardware thread.
+  int cpu_threads = 0;
+  // CUDA device ordinal of the cuDNN backend.
+  int gpu = 0;
+  // cuDNN engine search: heuristic, heuristic_b, fallback or autotune.
+  std::string engine_selection = "heuristic";
+  // Only deterministic cuDNN engines.
+  bool deterministic = false;
+  // float32 graphs: no TF32 or down-converting engines.
+  bool strict_float32 = false;
+  // Largest cuDNN workspace per layer.
+  int64_t max_workspace_bytes = int64_t{256} << 20;
+  // File of cuDNN engine indices never to use; empty for none.
+  std::string engine_blocklist;
+  // Autotune: candidates timed per layer and path.
+  int autotune_candidates = 12;
+};
+
 struct BackendChoice {
   std::unique_ptr<Backend> backend;
   // Why this backend was chosen, for the start-up log.
   std::string reason;
 };
 
-// `name` is "auto", "cpu" or "cuda". auto takes the GPU backend when the build
-// has one and a GPU is present, and otherwise serves on CPU and says why.
-absl::StatusOr<BackendChoice> MakeBackend(const std::string& name, int cpu_threads);
+// auto takes the cuDNN backend when the build has it and a GPU is present,
+// and otherwise serves on CPU and says why.
+absl::StatusOr<BackendChoice> MakeBackend(const BackendConfig& config);
 
 }  // namespace convserve
 

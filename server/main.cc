@@ -21,6 +21,17 @@ ABSL_FLAG(std::string, backend, "auto",
           "inference backend: auto (GPU when present, else CPU), cpu or cuda");
 ABSL_FLAG(int, max_message_bytes, 256 << 20, "largest gRPC request or response, in bytes");
 ABSL_FLAG(int, cpu_threads, 0, "threads of the CPU backend; 0 = one per hardware thread");
+ABSL_FLAG(int, gpu, 0, "CUDA device of the cuDNN backend");
+ABSL_FLAG(std::string, engine_selection, "heuristic",
+          "cuDNN engine choice: heuristic (mode A), heuristic_b, fallback, or autotune "
+          "(time the top candidates and the unfused path, keep the fastest)");
+ABSL_FLAG(bool, deterministic, false, "use only deterministic cuDNN engines");
+ABSL_FLAG(bool, strict_float32, false,
+          "float32 graphs: no TF32 tensor-core or down-converting engines (slower, exact)");
+ABSL_FLAG(int64_t, max_workspace_bytes, int64_t{256} << 20, "largest cuDNN workspace per layer");
+ABSL_FLAG(std::string, engine_blocklist, "",
+          "file of cuDNN engine global indices never to use, one per line ('#' comments)");
+ABSL_FLAG(int, autotune_candidates, 12, "autotune: candidate engines timed per layer and path");
 ABSL_FLAG(int, request_threads, 2, "workers that run requests concurrently");
 ABSL_FLAG(int, max_queued_requests, 256,
           "requests waiting for a worker before new ones get RESOURCE_EXHAUSTED");
@@ -46,8 +57,17 @@ int Run() {
   sigaddset(&stop_signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
-  absl::StatusOr<BackendChoice> choice =
-      MakeBackend(absl::GetFlag(FLAGS_backend), absl::GetFlag(FLAGS_cpu_threads));
+  BackendConfig backend_config;
+  backend_config.name = absl::GetFlag(FLAGS_backend);
+  backend_config.cpu_threads = absl::GetFlag(FLAGS_cpu_threads);
+  backend_config.gpu = absl::GetFlag(FLAGS_gpu);
+  backend_config.engine_selection = absl::GetFlag(FLAGS_engine_selection);
+  backend_config.deterministic = absl::GetFlag(FLAGS_deterministic);
+  backend_config.strict_float32 = absl::GetFlag(FLAGS_strict_float32);
+  backend_config.max_workspace_bytes = absl::GetFlag(FLAGS_max_workspace_bytes);
+  backend_config.engine_blocklist = absl::GetFlag(FLAGS_engine_blocklist);
+  backend_config.autotune_candidates = absl::GetFlag(FLAGS_autotune_candidates);
+  absl::StatusOr<BackendChoice> choice = MakeBackend(backend_config);
   if (!choice.ok()) {
     spdlog::critical("cannot start: {}", choice.status().ToString());
     return 2;

@@ -1,0 +1,37 @@
+// The unfused path's second half: y = activation(y + bias[channel]) in place,
+// one vectorized pass over the conv output, every dtype and activation.
+// Used when no cuDNN engine runs the fused conv-bias-activation graph.
+#ifndef CONVSERVE_ENGINE_CUDNN_BIAS_ACTIVATION_H_
+#define CONVSERVE_ENGINE_CUDNN_BIAS_ACTIVATION_H_
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "engine/activation.h"
+#include "engine/tensor.h"
+
+namespace convserve {
+
+struct BiasActivationArgs {
+  // Element type of y and bias.
+  DType dtype = DType::kFloat32;
+  // NHWC/NDHWC when true, else NCHW/NCDHW.
+  bool channels_last = false;
+  // Dims of y: batch, channels, product of spatial dims.
+  int64_t batch = 0;
+  int64_t channels = 0;
+  int64_t spatial = 0;
+  // Device pointers; `bias` may be null (activation only).
+  void* y = nullptr;
+  const void* bias = nullptr;
+  Activation activation;
+};
+
+// Queues the kernel on `stream`; errors are launch errors.
+absl::Status LaunchBiasActivation(const BiasActivationArgs& args, cudaStream_t stream);
+
+}  // namespace convserve
+
+#endif  // CONVSERVE_ENGINE_CUDNN_BIAS_ACTIVATION_H_

@@ -1,0 +1,271 @@
+#include "engine/cudnn/cudnn_backend.h"
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "engine/cudnn/cudnn_status.h"
+#include "engine/status_macros.h"
+
+namespace convserve {
+
+// A graph's weights and biases on the device, uploaded once and shared by
+// every executable of the graph.
+struct CudnnBackend::DeviceWeights {
+  std::vector<DeviceBuffer> weights;
+  std::vector<DeviceBuffer> biases;  // empty buffer for layers without bias
+};
+
+namespace {
+
+std::string VersionString(int version, bool cudnn) {
+  // cuDNN 9: major*10000 + minor*100 + patch; CUDA: major*1000 + minor*10.
+  if (cudnn) {
+    return absl::StrCat(version / 10000, ".", (version % 10000) / 100, ".", version % 100);
+  }
+  return absl::StrCat(version / 1000, ".", (version % 1000) / 10);
+}
+
+std::string ShapeKey(const std::string& graph_id, const Shape& shape) {
+  return absl::StrCat(graph_id, "/", absl::StrJoin(shape, "x"));
+}
+
+}  // namespace
+
+std::string CudnnVersions::ToString() const {
+  return absl::StrCat("GPU ", device_name, " (sm_", compute_capability, "), cuDNN runtime ",
+                      VersionString(runtime_cudnn, true), " (compiled against ",
+                      VersionString(compiled_cudnn, true), "), CUDA runtime ",
+                      VersionString(runtime_cuda, false), " (compiled against ",
+                      VersionString(compiled_cuda, false), "), driver supports CUDA ",
+                      VersionString(driver_cuda, false));
+}
+
+int CudaDeviceCount() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky "no driver" error
+    return 0;
+  }
+  return count;
+}
+
+absl::StatusOr<std::unique_ptr<CudnnBackend>> CudnnBackend::Create(
+    const CudnnBackendOptions& options) {
+  const int devices = CudaDeviceCount();
+  if (devices == 0) return absl::FailedPreconditionError("no CUDA device is visible");
+  if (options.device < 0 || options.device >= devices) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("CUDA device ", options.device, " does not exist; ", devices, " visible"));
+  }
+  CudnnVersions versions;
+  versions.compiled_cudnn = CUDNN_VERSION;
+  versions.runtime_cudnn = static_cast<int>(cudnnGetVersion());
+  versions.compiled_cuda = CUDART_VERSION;
+  CUDA_RETURN_IF_ERROR(cudaRuntimeGetVersion(&versions.runtime_cuda));
+  CUDA_RETURN_IF_ERROR(cudaDriverGetVersion(&versions.driver_cuda));
+  // The backend API as used here (and the engines behind it) needs cuDNN 9;
+  // the headers may be newer than the library, never the other way round.
+  if (versions.runtime_cudnn < 90000) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cuDNN ", VersionString(versions.runtime_cudnn, true),
+                     " is loaded; convserve needs cuDNN 9.0 or newer"));
+  }
+  cudaDeviceProp properties;
+  CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&properties, options.device));
+  versions.device_name = properties.name;
+  versions.compute_capability = properties.major * 10 + properties.minor;
+  CUDA_RETURN_IF_ERROR(cudaSetDevice(options.device));
+
+  std::unique_ptr<CudnnBackend> backend(new CudnnBackend(options, std::move(versions)));
+  absl::MutexLock lock(&backend->mu_);
+  ASSIGN_OR_RETURN(backend->stream_, CudaStream::Create());
+  ASSIGN_OR_RETURN(backend->handle_, CudnnHandle::Create(backend->stream_.get()));
+  return backend;
+}
+
+CudnnBackend::~CudnnBackend() {
+  absl::MutexLock lock(&mu_);
+  cudaSetDevice(options_.device);
+  lru_.clear();
+}
+
+std::string CudnnBackend::Describe() const {
+  return absl::StrCat("cudnn backend on device ", options_.device, ": ", versions_.ToString(),
+                      "; engine selection ", EngineSearchName(options_.selection.search),
+                      options_.selection.deterministic_only ? ", deterministic only" : "",
+                      options_.selection.strict_float32 ? ", strict float32" : ", TF32 allowed");
+}
+
+absl::StatusOr<std::shared_ptr<Executable>> CudnnBackend::Compile(
+    std::shared_ptr<const Graph> graph, const Shape& input_shape) {
+  absl::MutexLock lock(&mu_);
+  CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
+  ASSIGN_OR_RETURN(std::shared_ptr<CudnnExecutable> executable,
+                   CompileLocked(std::move(graph), input_shape));
+  return std::shared_ptr<Executable>(std::move(executable));
+}
+
+absl::StatusOr<std::shared_ptr<CudnnBackend::DeviceWeights>> CudnnBackend::WeightsLocked(
+    const Graph& graph) {
+  auto it = weights_.find(graph.id());
+  if (it != weights_.end()) {
+    if (std::shared_ptr<DeviceWeights> live = it->second.lock()) return live;
+  }
+  auto weights = std::make_shared<DeviceWeights>();
+  for (const ConvLayerSpec& layer : graph.spec().layers) {
+    ASSIGN_OR_RETURN(DeviceBuffer w, DeviceBuffer::Create(layer.weights.size()));
+    CUDA_RETURN_IF_ERROR(cudaMemcpy(w.data(), layer.weights.data(), layer.weights.size(),
+                                    cudaMemcpyHostToDevice));
+    ASSIGN_OR_RETURN(DeviceBuffer b, DeviceBuffer::Create(layer.bias.size()));
+    if (!layer.bias.empty()) {
+      CUDA_RETURN_IF_ERROR(
+          cudaMemcpy(b.data(), layer.bias.data(), layer.bias.size(), cudaMemcpyHostToDevice));
+    }
+    weights->weights.push_back(std::move(w));
+    weights->biases.push_back(std::move(b));
+  }
+  weights_[graph.id()] = weights;
+  return weights;
+}
+
+absl::StatusOr<std::shared_ptr<CudnnExecutable>> CudnnBackend::CompileLocked(
+    std::shared_ptr<const Graph> graph, const Shape& input_shape) {
+  const std::string key = ShapeKey(graph->id(), input_shape);
+  for (auto it = lru_.begin(); it != lru_.end(); ++it) {
+    if (it->first == key) {
+      lru_.splice(lru_.begin(), lru_, it);
+      return lru_.front().second;
+    }
+  }
+  ASSIGN_OR_RETURN(std::vector<Shape> outputs, graph->InferShapes(input_shape));
+  const GraphSpec& spec = graph->spec();
+  const size_t element = DTypeSize(spec.dtype);
+  std::shared_ptr<CudnnExecutable> executable(new CudnnExecutable());
+  executable->backend_ = this;
+  executable->graph_ = graph;
+  executable->input_shape_ = input_shape;
+  ASSIGN_OR_RETURN(executable->weights_, WeightsLocked(*graph));
+
+  int64_t largest = 0;
+  for (const Shape& shape : outputs) largest = std::max(largest, NumElements(shape));
+  ASSIGN_OR_RETURN(executable->input_, DeviceBuffer::Create(NumElements(input_shape) * element));
+  ASSIGN_OR_RETURN(executable->ping_, DeviceBuffer::Create(largest * element));
+  if (outputs.size() > 1) {
+    ASSIGN_OR_RETURN(executable->pong_, DeviceBuffer::Create(largest * element));
+  }
+
+  ConvLayerPlanner planner(handle_.get(), stream_.get(), options_.selection);
+  Shape layer_input = input_shape;
+  int64_t workspace = 0;
+  for (size_t i = 0; i < spec.layers.size(); ++i) {
+    const ConvLayerSpec& layer = spec.layers[i];
+    ConvLayerProblem problem;
+    problem.dtype = spec.dtype;
+    problem.channels_last = IsChannelsLast(spec.layout);
+    problem.input = layer_input;
+    problem.weights = graph->WeightShape(i);
+    problem.output = outputs[i];
+    problem.stride = layer.stride;
+    problem.dilation = layer.dilation;
+    problem.pad_before = layer.pad_before;
+    problem.pad_after = layer.pad_after;
+    problem.has_bias = !layer.bias.empty();
+    problem.activation = layer.activation;
+    absl::StatusOr<ConvLayerPlan> plan = planner.Build(problem, executable->BuffersFor(i));
+    if (!plan.ok()) {
+      return absl::Status(plan.status().code(),
+                          absl::StrCat("graph '", graph->name(), "' layers[", i, "]: ",
+                                       plan.status().message()));
+    }
+    workspace = std::max(workspace, plan->workspace_bytes());
+    executable->problems_.push_back(std::move(problem));
+    executable->plans_.push_back(*std::move(plan));
+    layer_input = outputs[i];
+  }
+  ASSIGN_OR_RETURN(executable->workspace_, DeviceBuffer::Create(workspace));
+  for (size_t i = 0; i < executable->plans_.size(); ++i) {
+    RETURN_IF_ERROR(
+        executable->plans_[i].Bind(executable->problems_[i], executable->BuffersFor(i)));
+  }
+
+  lru_.emplace_front(key, executable);
+  while (static_cast<int>(lru_.size()) > std::max(options_.max_cached_executables, 1)) {
+    lru_.pop_back();
+  }
+  return executable;
+}
+
+absl::Status CudnnExecutable::Run(absl::Span<const uint8_t> input, absl::Span<uint8_t> output) {
+  const size_t element = DTypeSize(graph_->spec().dtype);
+  if (input.size() != static_cast<size_t>(NumElements(input_shape_)) * element ||
+      output.size() != static_cast<size_t>(NumElements(output_shape())) * element) {
+    return absl::InternalError("input or output size does not match the compiled shape");
+  }
+  absl::MutexLock lock(&backend_->mu_);
+  CUDA_RETURN_IF_ERROR(cudaSetDevice(backend_->options_.device));
+  cudaStream_t stream = backend_->stream_.get();
+  cudnnHandle_t handle = backend_->handle_.get();
+  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(input_.data(), input.data(), input.size(),
+                                       cudaMemcpyHostToDevice, stream));
+  const void* x = nullptr;
+  RETURN_IF_ERROR(EnqueueLayers(handle, stream, &x));
+  CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(output.data(), x, output.size(), cudaMemcpyDeviceToHost, stream));
+  CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+  return absl::OkStatus();
+}
+
+}  // namespace convserve
+
+namespace convserve {
+
+ConvLayerBuffers CudnnExecutable::BuffersFor(size_t layer) const {
+  ConvLayerBuffers buffers;
+  buffers.x = layer == 0 ? input_.data() : (layer % 2 == 1 ? ping_.data() : pong_.data());
+  buffers.y = layer % 2 == 0 ? ping_.data() : pong_.data();
+  buffers.w = weights_->weights[layer].data();
+  buffers.bias = weights_->biases[layer].data();
+  buffers.workspace = workspace_.data();
+  return buffers;
+}
+
+absl::Status CudnnExecutable::EnqueueLayers(cudnnHandle_t handle, cudaStream_t stream,
+                                            const void** output) const {
+  for (size_t i = 0; i < plans_.size(); ++i) {
+    RETURN_IF_ERROR(plans_[i].RunBound(handle, stream, problems_[i]));
+  }
+  const void* x = BuffersFor(plans_.size() - 1).y;
+  *output = x;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<float>> CudnnExecutable::TimeDeviceRuns(int warmup, int samples,
+                                                                   int runs_per_sample) {
+  absl::MutexLock lock(&backend_->mu_);
+  CUDA_RETURN_IF_ERROR(cudaSetDevice(backend_->options_.device));
+  cudaStream_t stream = backend_->stream_.get();
+  cudnnHandle_t handle = backend_->handle_.get();
+  ASSIGN_OR_RETURN(CudaEvent start, CudaEvent::Create());
+  ASSIGN_OR_RETURN(CudaEvent stop, CudaEvent::Create());
+  const void* output = nullptr;
+  for (int i = 0; i < warmup; ++i) RETURN_IF_ERROR(EnqueueLayers(handle, stream, &output));
+  std::vector<float> times;
+  runs_per_sample = std::max(runs_per_sample, 1);
+  for (int i = 0; i < samples; ++i) {
+    CUDA_RETURN_IF_ERROR(cudaEventRecord(start.get(), stream));
+    for (int r = 0; r < runs_per_sample; ++r) {
+      RETURN_IF_ERROR(EnqueueLayers(handle, stream, &output));
+    }
+    CUDA_RETURN_IF_ERROR(cudaEventRecord(stop.get(), stream));
+    CUDA_RETURN_IF_ERROR(cudaEventSynchronize(stop.get()));
+    float ms = 0;
+    CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&ms, start.get(), stop.get()));
+    times.push_back(ms / runs_per_sample);
+  }
+  return times;
+}
+
+}  // namespace convserve

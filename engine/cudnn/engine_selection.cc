@@ -1,0 +1,55 @@
+#include "engine/cudnn/engine_selection.h"
+
+#include <fstream>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+
+namespace convserve {
+
+absl::StatusOr<EngineSearch> ParseEngineSearch(const std::string& name) {
+  if (name == "heuristic" || name == "heuristic_a") return EngineSearch::kHeuristicInstant;
+  if (name == "heuristic_b") return EngineSearch::kHeuristicB;
+  if (name == "fallback") return EngineSearch::kFallback;
+  if (name == "autotune") return EngineSearch::kAutotune;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "engine selection '", name, "' is not one of heuristic, heuristic_b, fallback, autotune"));
+}
+
+const char* EngineSearchName(EngineSearch search) {
+  switch (search) {
+    case EngineSearch::kHeuristicInstant:
+      return "heuristic";
+    case EngineSearch::kHeuristicB:
+      return "heuristic_b";
+    case EngineSearch::kFallback:
+      return "fallback";
+    case EngineSearch::kAutotune:
+      return "autotune";
+  }
+  return "unknown";
+}
+
+absl::StatusOr<absl::flat_hash_set<int64_t>> ReadEngineBlocklist(const std::string& path) {
+  std::ifstream file(path);
+  if (!file) return absl::NotFoundError(absl::StrCat("cannot open engine blocklist '", path, "'"));
+  absl::flat_hash_set<int64_t> blocked;
+  std::string line;
+  for (int number = 1; std::getline(file, line); ++number) {
+    absl::string_view text = line;
+    const size_t comment = text.find('#');
+    if (comment != absl::string_view::npos) text = text.substr(0, comment);
+    text = absl::StripAsciiWhitespace(text);
+    if (text.empty()) continue;
+    int64_t index;
+    if (!absl::SimpleAtoi(text, &index) || index < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ":", number, ": '", text,
+                                                     "' is not an engine index"));
+    }
+    blocked.insert(index);
+  }
+  return blocked;
+}
+
+}  // namespace convserve

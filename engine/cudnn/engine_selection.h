@@ -1,0 +1,49 @@
+// How a cuDNN engine is chosen for a layer: the search (heuristic modes or
+// autotune) and the filters every candidate must pass.
+#ifndef CONVSERVE_ENGINE_CUDNN_ENGINE_SELECTION_H_
+#define CONVSERVE_ENGINE_CUDNN_ENGINE_SELECTION_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/statusor.h"
+
+namespace convserve {
+
+enum class EngineSearch {
+  kHeuristicInstant,  // cuDNN heuristics mode A: fast to query, good picks
+  kHeuristicB,        // mode B: slower to query, better on some shapes
+  kFallback,          // fallback list: widest support, slowest kernels
+  kAutotune,          // time the top candidates (and the unfused path), keep the fastest
+};
+
+struct EngineSelection {
+  // How candidates are found.
+  EngineSearch search = EngineSearch::kHeuristicInstant;
+  // Skip engines cuDNN marks non-deterministic.
+  bool deterministic_only = false;
+  // float32 graphs only: skip tensor-core (TF32) and down-converting engines.
+  bool strict_float32 = false;
+  // Skip plans needing more workspace than this.
+  int64_t max_workspace_bytes = int64_t{256} << 20;
+  // Engine global indices never used (cuDNN has per-version errata).
+  absl::flat_hash_set<int64_t> blocklist;
+  // kAutotune: candidates timed per path.
+  int autotune_candidates = 12;
+  // kAutotune: timed samples (of 8 back-to-back runs) per candidate, after
+  // one warm-up run.
+  int autotune_iterations = 5;
+};
+
+// "heuristic" (= heuristic_a), "heuristic_b", "fallback" or "autotune".
+absl::StatusOr<EngineSearch> ParseEngineSearch(const std::string& name);
+const char* EngineSearchName(EngineSearch search);
+
+// Reads engine global indices, one per line; '#' starts a comment.
+// INVALID_ARGUMENT names the line that is not an integer.
+absl::StatusOr<absl::flat_hash_set<int64_t>> ReadEngineBlocklist(const std::string& path);
+
+}  // namespace convserve
+
+#endif  // CONVSERVE_ENGINE_CUDNN_ENGINE_SELECTION_H_

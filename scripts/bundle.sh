@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Makes a relocatable bundle of built binaries: bundle/bin/* plus every shared
+# library they need that a GPU host may lack, in bundle/lib. Left out: glibc,
+# libstdc++, libgcc, the CUDA driver and cuDNN, which the host provides.
+#   scripts/bundle.sh [BUILD_DIR] [OUT_DIR]
+# Run with:  LD_LIBRARY_PATH=bundle/lib bundle/bin/convserve-server ...
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+build="${1:-$root/build}"
+out="${2:-$root/bundle}"
+binaries=(convserve-server convserve-load
+          tests/cudnn_backend_test tests/gpu_server_test tests/conv_layer_bench
+          tests/tensor_test tests/graph_test tests/cpu_backend_test)
+
+rm -rf "$out"
+mkdir -p "$out/bin" "$out/lib"
+for binary in "${binaries[@]}"; do
+  [ -f "$build/$binary" ] || { echo "bundle: skipping missing $binary"; continue; }
+  cp "$build/$binary" "$out/bin/"
+  strip --strip-debug "$out/bin/$(basename "$binary")"
+done
+system='^(linux-vdso|ld-linux|libc\.|libm\.|libpthread|libdl\.|librt\.|libstdc\+\+|libgcc_s|libcudnn|libcuda\.|libnvidia)'
+for binary in "$out"/bin/*; do
+  ldd "$binary" | awk '/=> \// {print $1, $3}' | while read -r name path; do
+    if ! [[ "$name" =~ $system ]] && [ ! -f "$out/lib/$name" ]; then
+      cp -L "$path" "$out/lib/$name"
+    fi
+  done
+done
+strip --strip-debug "$out"/lib/* 2>/dev/null || true
+echo "bundle: $(ls "$out/bin" | wc -l) binaries, $(ls "$out/lib" | wc -l) libraries, $(du -sh "$out" | cut -f1) in $out"

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Runs the GPU checks from a bundle (scripts/bundle.sh) on a GPU host, from the
+# repository root: the gpu-labelled tests, a server on the GPU, and the layer
+# benchmark beside PyTorch. Logs go to $OUT (default ./gpu_logs); a short
+# summary is printed last.
+#   LD_LIBRARY_PATH is set from the bundle; nothing is installed.
+set -uo pipefail
+bundle="${BUNDLE:-bundle}"
+out="${OUT:-gpu_logs}"
+mkdir -p "$out"
+export LD_LIBRARY_PATH="$PWD/$bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export CONVSERVE_SOURCE_DIR="$PWD"
+bin="$bundle/bin"
+steps="${STEPS:-tests server bench}"
+
+nvidia-smi -L | tee "$out/device.txt"
+summary=()
+
+if [[ " $steps " == *" tests "* ]]; then
+  timeout 420 "$bin/cudnn_backend_test" ${GTEST_FILTER:+--gtest_filter=$GTEST_FILTER} \
+    > "$out/cudnn_backend_test.log" 2>&1
+  rc=$?
+  grep -E "^\[  FAILED  \]|Failure|error" "$out/cudnn_backend_test.log" | head -20
+  sed -n '/^policy /,/^$/p' "$out/cudnn_backend_test.log"
+  summary+=("cudnn_backend_test rc=$rc $(grep -E '^\[  PASSED  \]|FAILED TEST' "$out/cudnn_backend_test.log" | tr '\n' ' ')")
+  timeout 120 "$bin/gpu_server_test" > "$out/gpu_server_test.log" 2>&1
+  rc=$?
+  grep -E "relative L2|FAILED|Failure" "$out/gpu_server_test.log"
+  summary+=("gpu_server_test rc=$rc $(grep -E '^\[  PASSED  \]' "$out/gpu_server_test.log")")
+fi
+
+if [[ " $steps " == *" server "* ]]; then
+  "$bin/convserve-server" --listen=127.0.0.1:18001 > "$out/server.log" 2>&1 &
+  pid=$!
+  sleep 2
+  "$bin/convserve-load" --server=127.0.0.1:18001 \
+    --graph_file=deploy/examples/resnet_block.textproto --input_shape=8,3,224,224 --requests=50 \
+    > "$out/load.log" 2>&1
+  kill -TERM $pid; wait $pid
+  cat "$out/server.log" "$out/load.log"
+fi
+
+if [[ " $steps " == *" bench "* ]]; then
+  timeout 240 "$bin/conv_layer_bench" --engine_selection=heuristic > "$out/ours_heuristic.csv" \
+    2> "$out/ours_heuristic.err"
+  timeout 300 "$bin/conv_layer_bench" --engine_selection=autotune > "$out/ours_autotune.csv" \
+    2> "$out/ours_autotune.err"
+  timeout 300 python3 scripts/bench_pytorch.py > "$out/torch.csv" 2> "$out/torch.err"
+  for selection in heuristic autotune; do
+    echo "=== ours ($selection) vs PyTorch"
+    python3 scripts/bench_compare.py --ours "$out/ours_$selection.csv" --torch "$out/torch.csv" \
+      | tee "$out/compare_$selection.txt"
+  done
+fi
+
+echo "=== summary"
+printf '%s\n' "${summary[@]}"
