@@ -18,8 +18,8 @@ struct BackendConfig {
   int cpu_threads = 0;
   // CUDA device ordinal of the cuDNN backend.
   int gpu = 0;
-  // cuDNN engine search: heuristic, heuristic_b, fallback or autotune.
-  std::string engine_selection = "heuristic";
+  // cuDNN engine search: autotune, heuristic, heuristic_b or fallback.
+  std::string engine_selection = "autotune";
   // Only deterministic cuDNN engines.
   bool deterministic = false;
   // float32 graphs: no TF32 or down-converting engines.

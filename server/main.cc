@@ -22,9 +22,10 @@ ABSL_FLAG(std::string, backend, "auto",
 ABSL_FLAG(int, max_message_bytes, 256 << 20, "largest gRPC request or response, in bytes");
 ABSL_FLAG(int, cpu_threads, 0, "threads of the CPU backend; 0 = one per hardware thread");
 ABSL_FLAG(int, gpu, 0, "CUDA device of the cuDNN backend");
-ABSL_FLAG(std::string, engine_selection, "heuristic",
-          "cuDNN engine choice: heuristic (mode A), heuristic_b, fallback, or autotune "
-          "(time the top candidates and the unfused path, keep the fastest)");
+ABSL_FLAG(std::string, engine_selection, "autotune",
+          "cuDNN engine choice: autotune (time the top candidates of both paths once per "
+          "shape, keep the fastest), heuristic (cuDNN mode A, fastest to build), "
+          "heuristic_b or fallback");
 ABSL_FLAG(bool, deterministic, false, "use only deterministic cuDNN engines");
 ABSL_FLAG(bool, strict_float32, false,
           "float32 graphs: no TF32 tensor-core or down-converting engines (slower, exact)");

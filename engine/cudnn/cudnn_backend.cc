@@ -6,8 +6,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "engine/cudnn/cudnn_status.h"
 #include "engine/status_macros.h"
+#include "spdlog/spdlog.h"
 
 namespace convserve {
 
@@ -174,12 +177,19 @@ absl::StatusOr<std::shared_ptr<CudnnExecutable>> CudnnBackend::CompileLocked(
     problem.pad_after = layer.pad_after;
     problem.has_bias = !layer.bias.empty();
     problem.activation = layer.activation;
+    const absl::Time build_start = absl::Now();
     absl::StatusOr<ConvLayerPlan> plan = planner.Build(problem, executable->BuffersFor(i));
     if (!plan.ok()) {
       return absl::Status(plan.status().code(),
                           absl::StrCat("graph '", graph->name(), "' layers[", i, "]: ",
                                        plan.status().message()));
     }
+    spdlog::info("plan built: graph '{}' layers[{}] {}: {} path, engine {}, workspace {} B, {} "
+                 "in {:.1f} ms",
+                 graph->name(), i, problem.Describe(), LayerPathName(plan->path()),
+                 plan->engine_index(), plan->workspace_bytes(),
+                 EngineSearchName(options_.selection.search),
+                 absl::ToDoubleMilliseconds(absl::Now() - build_start));
     workspace = std::max(workspace, plan->workspace_bytes());
     executable->problems_.push_back(std::move(problem));
     executable->plans_.push_back(*std::move(plan));
