@@ -82,7 +82,8 @@ grpc::ServerUnaryReactor* ConvServeService::Infer(grpc::CallbackServerContext* c
   call.input = input->bytes;
   call.output = response->mutable_output()->mutable_data();
   call.cancelled = [context] { return context->IsCancelled(); };
-  call.done = [reactor, response, dtype, layout](const absl::Status& status, const Shape& shape) {
+  call.done = [reactor, response, dtype, layout](const absl::Status& status, const Shape& shape,
+                                                 const InferTimings&) {
     if (status.ok()) {
       v1::Tensor* output = response->mutable_output();
       for (int64_t d : shape) output->add_shape(d);

@@ -14,8 +14,10 @@
 #include "absl/types/span.h"
 #include "engine/backend.h"
 #include "engine/graph.h"
+#include "engine/runtime/infer_call.h"
+#include "engine/runtime/request_executor.h"
+#include "engine/runtime/request_runner.h"
 #include "server/graph_registry.h"
-#include "server/request_executor.h"
 
 namespace convserve {
 
@@ -24,30 +26,15 @@ struct InferenceCoreOptions {
   GraphLimits graph_limits;
   // How many graphs and parameter bytes may be loaded.
   GraphRegistryOptions registry;
-  // Request workers and their queue.
+  // Request workers and their queue, when the core wraps a Backend.
   RequestExecutorOptions executor;
-};
-
-// One inference request. The caller keeps `input` and `output` alive until
-// `done` runs.
-struct InferCall {
-  // The graph to run; the call holds it, so an unload cannot free it early.
-  std::shared_ptr<const Graph> graph;
-  // Logical N, C, spatial... of the input.
-  Shape input_shape;
-  // Exactly the input tensor's bytes (graph dtype and layout).
-  absl::Span<const uint8_t> input;
-  // Resized to the output tensor's bytes and filled on success.
-  std::string* output = nullptr;
-  // Polled before the work starts; true skips it with CANCELLED.
-  std::function<bool()> cancelled;
-  // Called exactly once, on a worker thread or (for errors found before
-  // queueing) on the caller's; `output_shape` is set on success.
-  std::function<void(const absl::Status& status, const Shape& output_shape)> done;
 };
 
 class InferenceCore {
  public:
+  static absl::StatusOr<std::unique_ptr<InferenceCore>> Create(
+      const InferenceCoreOptions& options, std::unique_ptr<RequestRunner> runner);
+  // Runs `backend` on `options.executor` worker threads.
   static absl::StatusOr<std::unique_ptr<InferenceCore>> Create(
       const InferenceCoreOptions& options, std::unique_ptr<Backend> backend);
 
@@ -65,20 +52,16 @@ class InferenceCore {
   // Refuses new requests (UNAVAILABLE) and waits for accepted ones.
   void Drain();
 
-  const Backend& backend() const { return *backend_; }
+  const RequestRunner& runner() const { return *runner_; }
 
  private:
-  InferenceCore(const InferenceCoreOptions& options, std::unique_ptr<Backend> backend);
-
-  // Compiles and runs; on a worker thread.
-  absl::Status Execute(const InferCall& call, Shape* output_shape);
+  InferenceCore(const InferenceCoreOptions& options, std::unique_ptr<RequestRunner> runner)
+      : options_(options), runner_(std::move(runner)), registry_(options.registry) {}
 
   const InferenceCoreOptions options_;
-  const std::unique_ptr<Backend> backend_;
+  const std::unique_ptr<RequestRunner> runner_;
   GraphRegistry registry_;
   std::atomic<bool> ready_{true};
-  // Last member: destroyed first, so workers finish before the backend goes.
-  RequestExecutor executor_;
 };
 
 }  // namespace convserve

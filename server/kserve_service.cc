@@ -93,7 +93,8 @@ grpc::ServerUnaryReactor* KServeService::ModelInfer(grpc::CallbackServerContext*
   call.input = input->bytes;
   call.output = response->add_raw_output_contents();
   call.cancelled = [context] { return context->IsCancelled(); };
-  call.done = [reactor, response, model](const absl::Status& status, const Shape& shape) {
+  call.done = [reactor, response, model](const absl::Status& status, const Shape& shape,
+                                         const InferTimings&) {
     if (status.ok()) {
       auto* output = response->add_outputs();
       output->set_name(kOutputName);

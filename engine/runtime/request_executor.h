@@ -2,8 +2,8 @@
 // never do inference work. The queue is bounded: a full queue rejects at once
 // (the caller answers RESOURCE_EXHAUSTED) instead of growing latency without
 // limit. Thread-safe.
-#ifndef CONVSERVE_SERVER_REQUEST_EXECUTOR_H_
-#define CONVSERVE_SERVER_REQUEST_EXECUTOR_H_
+#ifndef CONVSERVE_ENGINE_RUNTIME_REQUEST_EXECUTOR_H_
+#define CONVSERVE_ENGINE_RUNTIME_REQUEST_EXECUTOR_H_
 
 #include <deque>
 #include <functional>
@@ -56,4 +56,4 @@ class RequestExecutor {
 
 }  // namespace convserve
 
-#endif  // CONVSERVE_SERVER_REQUEST_EXECUTOR_H_
+#endif  // CONVSERVE_ENGINE_RUNTIME_REQUEST_EXECUTOR_H_

@@ -1,4 +1,4 @@
-#include "server/request_executor.h"
+#include "engine/runtime/request_executor.h"
 
 #include <algorithm>
 

@@ -1,0 +1,47 @@
+// One inference request as the runtime sees it: no gRPC types.
+#ifndef CONVSERVE_ENGINE_RUNTIME_INFER_CALL_H_
+#define CONVSERVE_ENGINE_RUNTIME_INFER_CALL_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+#include "engine/graph.h"
+#include "engine/tensor.h"
+
+namespace convserve {
+
+// Where one request's time went, in seconds, filled as it runs.
+struct InferTimings {
+  double queue = 0;    // accepted -> a worker took it
+  double build = 0;    // plan lookups and builds
+  double h2d = 0;      // host to device, staging copy included
+  double compute = 0;  // all layers on the device
+  double d2h = 0;      // device to host, staging copy included
+};
+
+// The caller keeps `input` and `output` alive until `done` runs.
+struct InferCall {
+  // The graph to run; the call holds it, so an unload cannot free it early.
+  std::shared_ptr<const Graph> graph;
+  // Logical N, C, spatial... of the input.
+  Shape input_shape;
+  // Exactly the input tensor's bytes (graph dtype and layout).
+  absl::Span<const uint8_t> input;
+  // Resized to the output tensor's bytes and filled on success.
+  std::string* output = nullptr;
+  // Polled before the work starts; true skips it with CANCELLED.
+  std::function<bool()> cancelled;
+  // Called exactly once, on a worker thread or (for errors found before
+  // queueing) on the caller's; `output_shape` is set on success.
+  std::function<void(const absl::Status& status, const Shape& output_shape,
+                     const InferTimings& timings)>
+      done;
+};
+
+}  // namespace convserve
+
+#endif  // CONVSERVE_ENGINE_RUNTIME_INFER_CALL_H_
