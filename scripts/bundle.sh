@@ -9,8 +9,9 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${1:-$root/build}"
 out="${2:-$root/bundle}"
 binaries=(convserve-server convserve-load
-          tests/cudnn_backend_test tests/gpu_server_test tests/conv_layer_bench
-          tests/tensor_test tests/graph_test tests/cpu_backend_test)
+          tests/cudnn_backend_test tests/gpu_server_test tests/device_pool_test
+          tests/sigterm_during_traffic_test tests/unload_during_traffic_test
+          tests/conv_layer_bench tests/runtime_bench tests/plan_cache_bench)
 
 rm -rf "$out"
 mkdir -p "$out/bin" "$out/lib"

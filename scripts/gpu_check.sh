@@ -11,7 +11,7 @@ mkdir -p "$out"
 export LD_LIBRARY_PATH="$PWD/$bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export CONVSERVE_SOURCE_DIR="$PWD"
 bin="$bundle/bin"
-steps="${STEPS:-tests server bench}"
+steps="${STEPS:-tests runtime server bench}"
 
 nvidia-smi -L | tee "$out/device.txt"
 summary=()
@@ -27,6 +27,22 @@ if [[ " $steps " == *" tests "* ]]; then
   rc=$?
   grep -E "relative L2|FAILED|Failure" "$out/gpu_server_test.log"
   summary+=("gpu_server_test rc=$rc $(grep -E '^\[  PASSED  \]' "$out/gpu_server_test.log")")
+fi
+
+if [[ " $steps " == *" runtime "* ]]; then
+  timeout 180 "$bin/device_pool_test" > "$out/device_pool_test.log" 2>&1
+  rc=$?
+  grep -E "^GPU |distinct keys|free memory|FAILED|Failure" "$out/device_pool_test.log"
+  summary+=("device_pool_test rc=$rc $(grep -E '^\[  PASSED  \]' "$out/device_pool_test.log")")
+  CONVSERVE_TEST_BACKEND=cuda CONVSERVE_SERVER_BINARY="$bin/convserve-server" \
+    timeout 120 "$bin/sigterm_during_traffic_test" > "$out/sigterm_test.log" 2>&1
+  rc=$?
+  grep -E "^backend|FAILED|Failure" "$out/sigterm_test.log"
+  summary+=("sigterm_during_traffic_test (cuda) rc=$rc")
+  timeout 60 "$bin/plan_cache_bench" > "$out/plan_cache_bench.log" 2>&1
+  grep BM_ "$out/plan_cache_bench.log"
+  timeout 240 "$bin/runtime_bench" > "$out/runtime_bench.log" 2>&1
+  grep -v "^\[" "$out/runtime_bench.log"
 fi
 
 if [[ " $steps " == *" server "* ]]; then

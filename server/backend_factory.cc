@@ -1,24 +1,34 @@
 #include "server/backend_factory.h"
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "engine/cpu/cpu_backend.h"
+#include "engine/runtime/backend_runner.h"
 #include "engine/status_macros.h"
 #if CONVSERVE_WITH_CUDA
 #include "engine/cudnn/cudnn_backend.h"
+#include "engine/runtime/device_pool.h"
 #endif
 
 namespace convserve {
 namespace {
 
-absl::StatusOr<BackendChoice> MakeCpu(const BackendConfig& config, const std::string& reason) {
+absl::StatusOr<RunnerChoice> MakeCpu(const BackendConfig& config, const std::string& reason) {
+  if (config.executor.threads < 1 || config.executor.max_queued < 1) {
+    return absl::InvalidArgumentError(
+        "--request_threads and --max_queued_requests must be >= 1");
+  }
   ASSIGN_OR_RETURN(std::unique_ptr<CpuBackend> cpu, CpuBackend::Create({config.cpu_threads}));
-  return BackendChoice{std::move(cpu), absl::StrCat("serving on CPU (", reason, ")")};
+  return RunnerChoice{std::make_unique<BackendRunner>(std::move(cpu), config.executor),
+                      absl::StrCat("serving on CPU (", reason, ")")};
 }
 
 #if CONVSERVE_WITH_CUDA
-absl::StatusOr<BackendChoice> MakeCudnn(const BackendConfig& config) {
-  CudnnBackendOptions options;
-  options.device = config.gpu;
+absl::StatusOr<RunnerChoice> MakeGpu(const BackendConfig& config) {
+  DevicePoolOptions options;
+  options.devices = config.gpus;
+  options.workers_per_device = config.workers_per_gpu;
+  options.max_queued_per_device = config.executor.max_queued;
   ASSIGN_OR_RETURN(options.selection.search, ParseEngineSearch(config.engine_selection));
   options.selection.deterministic_only = config.deterministic;
   options.selection.strict_float32 = config.strict_float32;
@@ -27,23 +37,23 @@ absl::StatusOr<BackendChoice> MakeCudnn(const BackendConfig& config) {
   if (!config.engine_blocklist.empty()) {
     ASSIGN_OR_RETURN(options.selection.blocklist, ReadEngineBlocklist(config.engine_blocklist));
   }
-  ASSIGN_OR_RETURN(std::unique_ptr<CudnnBackend> backend, CudnnBackend::Create(options));
-  return BackendChoice{std::move(backend), absl::StrCat("serving on GPU ", config.gpu)};
+  ASSIGN_OR_RETURN(std::unique_ptr<DevicePool> pool, DevicePool::Create(options));
+  return RunnerChoice{std::move(pool), "serving on GPU"};
 }
 #endif
 
 }  // namespace
 
-absl::StatusOr<BackendChoice> MakeBackend(const BackendConfig& config) {
+absl::StatusOr<RunnerChoice> MakeRunner(const BackendConfig& config) {
   if (config.name != "auto" && config.name != "cpu" && config.name != "cuda") {
     return absl::InvalidArgumentError(
         absl::StrCat("--backend must be auto, cpu or cuda, got '", config.name, "'"));
   }
   if (config.name == "cpu") return MakeCpu(config, "--backend=cpu");
 #if CONVSERVE_WITH_CUDA
-  if (config.name == "cuda") return MakeCudnn(config);
+  if (config.name == "cuda") return MakeGpu(config);
   if (CudaDeviceCount() == 0) return MakeCpu(config, "--backend=auto and no GPU is visible");
-  return MakeCudnn(config);
+  return MakeGpu(config);
 #else
   if (config.name == "cuda") {
     return absl::FailedPreconditionError(

@@ -5,9 +5,12 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "engine/backend.h"
+#include "engine/runtime/request_executor.h"
+#include "engine/runtime/request_runner.h"
 
 namespace convserve {
 
@@ -16,8 +19,12 @@ struct BackendConfig {
   std::string name = "auto";
   // CPU backend threads; 0 = one per hardware thread.
   int cpu_threads = 0;
-  // CUDA device ordinal of the cuDNN backend.
-  int gpu = 0;
+  // CUDA devices to serve on; empty means all visible.
+  std::vector<int> gpus;
+  // Worker threads (each with its own cuDNN handle and stream) per GPU.
+  int workers_per_gpu = 2;
+  // CPU: request workers and queue. GPU: max_queued is per GPU.
+  RequestExecutorOptions executor;
   // cuDNN engine search: autotune, heuristic, heuristic_b or fallback.
   std::string engine_selection = "autotune";
   // Only deterministic cuDNN engines.
@@ -32,15 +39,15 @@ struct BackendConfig {
   int autotune_candidates = 12;
 };
 
-struct BackendChoice {
-  std::unique_ptr<Backend> backend;
-  // Why this backend was chosen, for the start-up log.
+struct RunnerChoice {
+  std::unique_ptr<RequestRunner> runner;
+  // Why this runner was chosen, for the start-up log.
   std::string reason;
 };
 
-// auto takes the cuDNN backend when the build has it and a GPU is present,
+// auto takes the GPU device pool when the build has it and a GPU is present,
 // and otherwise serves on CPU and says why.
-absl::StatusOr<BackendChoice> MakeBackend(const BackendConfig& config);
+absl::StatusOr<RunnerChoice> MakeRunner(const BackendConfig& config);
 
 }  // namespace convserve
 

@@ -75,6 +75,12 @@ void InferenceCore::Infer(InferCall call) {
     call.done(absl::UnavailableError("the server is shutting down"), {}, {});
     return;
   }
+  ++accepted_;
+  call.done = [this, done = std::move(call.done)](const absl::Status& status, const Shape& shape,
+                                                  const InferTimings& timings) {
+    done(status, shape, timings);
+    ++answered_;
+  };
   runner_->Submit(std::move(call));
 }
 

@@ -54,6 +54,11 @@ class InferenceCore {
 
   const RequestRunner& runner() const { return *runner_; }
 
+  // Requests handed to the runner, and those of them answered (OK or not).
+  // After Drain the two are equal: no accepted request goes unanswered.
+  int64_t accepted() const { return accepted_.load(); }
+  int64_t answered() const { return answered_.load(); }
+
  private:
   InferenceCore(const InferenceCoreOptions& options, std::unique_ptr<RequestRunner> runner)
       : options_(options), runner_(std::move(runner)), registry_(options.registry) {}
@@ -62,6 +67,8 @@ class InferenceCore {
   const std::unique_ptr<RequestRunner> runner_;
   GraphRegistry registry_;
   std::atomic<bool> ready_{true};
+  std::atomic<int64_t> accepted_{0};
+  std::atomic<int64_t> answered_{0};
 };
 
 }  // namespace convserve

@@ -4,10 +4,12 @@
 
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "server/backend_factory.h"
@@ -21,7 +23,10 @@ ABSL_FLAG(std::string, backend, "auto",
           "inference backend: auto (GPU when present, else CPU), cpu or cuda");
 ABSL_FLAG(int, max_message_bytes, 256 << 20, "largest gRPC request or response, in bytes");
 ABSL_FLAG(int, cpu_threads, 0, "threads of the CPU backend; 0 = one per hardware thread");
-ABSL_FLAG(int, gpu, 0, "CUDA device of the cuDNN backend");
+ABSL_FLAG(std::vector<std::string>, gpus, {},
+          "CUDA devices to serve on, e.g. 0,1; empty means every visible GPU");
+ABSL_FLAG(int, workers_per_gpu, 2,
+          "worker threads per GPU, each with its own cuDNN handle, stream and buffers");
 ABSL_FLAG(std::string, engine_selection, "autotune",
           "cuDNN engine choice: autotune (time the top candidates of both paths once per "
           "shape, keep the fastest), heuristic (cuDNN mode A, fastest to build), "
@@ -33,9 +38,10 @@ ABSL_FLAG(int64_t, max_workspace_bytes, int64_t{256} << 20, "largest cuDNN works
 ABSL_FLAG(std::string, engine_blocklist, "",
           "file of cuDNN engine global indices never to use, one per line ('#' comments)");
 ABSL_FLAG(int, autotune_candidates, 12, "autotune: candidate engines timed per layer and path");
-ABSL_FLAG(int, request_threads, 2, "workers that run requests concurrently");
+ABSL_FLAG(int, request_threads, 2, "CPU backend: workers that run requests concurrently");
 ABSL_FLAG(int, max_queued_requests, 256,
-          "requests waiting for a worker before new ones get RESOURCE_EXHAUSTED");
+          "requests waiting for a worker (per GPU on the GPU backend) before new ones get "
+          "RESOURCE_EXHAUSTED");
 ABSL_FLAG(int, max_graphs, 64, "graphs loaded at once");
 ABSL_FLAG(int64_t, max_parameter_bytes, int64_t{4} << 30,
           "weight and bias bytes of all loaded graphs together");
@@ -61,20 +67,30 @@ int Run() {
   BackendConfig backend_config;
   backend_config.name = absl::GetFlag(FLAGS_backend);
   backend_config.cpu_threads = absl::GetFlag(FLAGS_cpu_threads);
-  backend_config.gpu = absl::GetFlag(FLAGS_gpu);
+  for (const std::string& gpu : absl::GetFlag(FLAGS_gpus)) {
+    int ordinal = 0;
+    if (!absl::SimpleAtoi(gpu, &ordinal) || ordinal < 0) {
+      spdlog::critical("cannot start: --gpus entry '{}' is not a device number", gpu);
+      return 2;
+    }
+    backend_config.gpus.push_back(ordinal);
+  }
+  backend_config.workers_per_gpu = absl::GetFlag(FLAGS_workers_per_gpu);
+  backend_config.executor.threads = absl::GetFlag(FLAGS_request_threads);
+  backend_config.executor.max_queued = absl::GetFlag(FLAGS_max_queued_requests);
   backend_config.engine_selection = absl::GetFlag(FLAGS_engine_selection);
   backend_config.deterministic = absl::GetFlag(FLAGS_deterministic);
   backend_config.strict_float32 = absl::GetFlag(FLAGS_strict_float32);
   backend_config.max_workspace_bytes = absl::GetFlag(FLAGS_max_workspace_bytes);
   backend_config.engine_blocklist = absl::GetFlag(FLAGS_engine_blocklist);
   backend_config.autotune_candidates = absl::GetFlag(FLAGS_autotune_candidates);
-  absl::StatusOr<BackendChoice> choice = MakeBackend(backend_config);
+  absl::StatusOr<RunnerChoice> choice = MakeRunner(backend_config);
   if (!choice.ok()) {
     spdlog::critical("cannot start: {}", choice.status().ToString());
     return 2;
   }
   spdlog::info("convserve {} starting; {}; {}", kConvServeVersion, choice->reason,
-               choice->backend->Describe());
+               choice->runner->Describe());
 
   InferenceCoreOptions options;
   options.graph_limits.max_tensor_bytes = absl::GetFlag(FLAGS_max_tensor_bytes);
@@ -82,10 +98,8 @@ int Run() {
   options.registry.max_graphs = absl::GetFlag(FLAGS_max_graphs);
   options.registry.max_parameter_bytes = absl::GetFlag(FLAGS_max_parameter_bytes);
   options.graph_limits.max_parameter_bytes = options.registry.max_parameter_bytes;
-  options.executor.threads = absl::GetFlag(FLAGS_request_threads);
-  options.executor.max_queued = absl::GetFlag(FLAGS_max_queued_requests);
   absl::StatusOr<std::unique_ptr<InferenceCore>> core =
-      InferenceCore::Create(options, std::move(choice->backend));
+      InferenceCore::Create(options, std::move(choice->runner));
   if (!core.ok()) {
     spdlog::critical("cannot start: {}", core.status().ToString());
     return 2;
@@ -108,7 +122,8 @@ int Run() {
   sigwait(&stop_signals, &signal_number);
   spdlog::info("received {}; draining accepted requests", strsignal(signal_number));
   (*server)->Shutdown(absl::Seconds(absl::GetFlag(FLAGS_shutdown_grace_seconds)));
-  spdlog::info("stopped");
+  spdlog::info("stopped: {} requests accepted, {} answered", (*core)->accepted(),
+               (*core)->answered());
   return 0;
 }
 

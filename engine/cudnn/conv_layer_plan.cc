@@ -285,6 +285,31 @@ bool HasNote(const EngineInfo& info, cudnnBackendNumericalNote_t note) {
 
 }  // namespace
 
+std::vector<ConvLayerProblem> MakeLayerProblems(const Graph& graph, const Shape& input_shape,
+                                                const std::vector<Shape>& outputs) {
+  const GraphSpec& spec = graph.spec();
+  std::vector<ConvLayerProblem> problems;
+  Shape layer_input = input_shape;
+  for (size_t i = 0; i < spec.layers.size(); ++i) {
+    const ConvLayerSpec& layer = spec.layers[i];
+    ConvLayerProblem problem;
+    problem.dtype = spec.dtype;
+    problem.channels_last = IsChannelsLast(spec.layout);
+    problem.input = layer_input;
+    problem.weights = graph.WeightShape(i);
+    problem.output = outputs[i];
+    problem.stride = layer.stride;
+    problem.dilation = layer.dilation;
+    problem.pad_before = layer.pad_before;
+    problem.pad_after = layer.pad_after;
+    problem.has_bias = !layer.bias.empty();
+    problem.activation = layer.activation;
+    problems.push_back(std::move(problem));
+    layer_input = outputs[i];
+  }
+  return problems;
+}
+
 const char* LayerPathName(LayerPath path) {
   return path == LayerPath::kFused ? "fused" : "unfused";
 }
@@ -450,6 +475,44 @@ absl::StatusOr<float> ConvLayerPlanner::TimePlan(const ConvLayerPlan& plan,
   return times[times.size() / 2];
 }
 
+absl::Status ConvLayerPlanner::FinalizePlan(const BackendDescriptor& config,
+                                            ConvLayerPlan* plan) {
+  ASSIGN_OR_RETURN(plan->plan_, BackendDescriptor::Create(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR));
+  RETURN_IF_ERROR(plan->plan_.Set(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle_));
+  RETURN_IF_ERROR(plan->plan_.SetDescriptor(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, config));
+  RETURN_IF_ERROR(plan->plan_.Finalize());
+  int64_t count = 0;
+  CUDNN_RETURN_IF_ERROR(cudnnBackendGetAttribute(plan->plan_.get(),
+                                                 CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
+                                                 CUDNN_TYPE_INT64, 1, &count,
+                                                 &plan->workspace_bytes_));
+  if (plan->workspace_bytes_ > selection_.max_workspace_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat("engine ", plan->engine_index_, " needs ",
+                                                     plan->workspace_bytes_,
+                                                     " workspace bytes, over the limit"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ConvLayerPlan> ConvLayerPlanner::BuildChosen(const ConvLayerProblem& problem,
+                                                            LayerPath path,
+                                                            int64_t engine_index) {
+  ASSIGN_OR_RETURN(Candidates candidates,
+                   FindCandidates(problem, path == LayerPath::kFused && problem.needs_epilogue()));
+  for (size_t i = 0; i < candidates.configs.size(); ++i) {
+    if (candidates.engines[i].index != engine_index) continue;
+    ConvLayerPlan plan;
+    plan.path_ = path;
+    plan.engine_index_ = engine_index;
+    RETURN_IF_ERROR(FinalizePlan(candidates.configs[i], &plan));
+    plan.parts_ = std::move(candidates.graph.parts);
+    plan.parts_.push_back(std::move(candidates.graph.graph));
+    return plan;
+  }
+  return absl::NotFoundError(absl::StrCat("engine ", engine_index, " is not offered for ",
+                                          problem.Describe()));
+}
+
 absl::StatusOr<ConvLayerPlan> ConvLayerPlanner::Build(const ConvLayerProblem& problem,
                                                       const ConvLayerBuffers& buffers) {
   const bool autotune = selection_.search == EngineSearch::kAutotune;
@@ -475,30 +538,7 @@ absl::StatusOr<ConvLayerPlan> ConvLayerPlanner::Build(const ConvLayerProblem& pr
       ConvLayerPlan plan;
       plan.path_ = path;
       plan.engine_index_ = candidates->engines[i].index;
-      absl::StatusOr<BackendDescriptor> built =
-          BackendDescriptor::Create(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
-      absl::Status status = built.status();
-      if (status.ok()) {
-        plan.plan_ = *std::move(built);
-        status = plan.plan_.Set(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle_);
-      }
-      if (status.ok()) {
-        status = plan.plan_.SetDescriptor(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG,
-                                          candidates->configs[i]);
-      }
-      if (status.ok()) status = plan.plan_.Finalize();
-      if (status.ok()) {
-        int64_t count = 0;
-        if (cudnnBackendGetAttribute(plan.plan_.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
-                                     CUDNN_TYPE_INT64, 1, &count,
-                                     &plan.workspace_bytes_) != CUDNN_STATUS_SUCCESS) {
-          status = absl::InternalError("cannot read the plan's workspace size");
-        } else if (plan.workspace_bytes_ > selection_.max_workspace_bytes) {
-          status = absl::ResourceExhaustedError(
-              absl::StrCat("engine ", plan.engine_index_, " needs ", plan.workspace_bytes_,
-                           " workspace bytes, over the limit"));
-        }
-      }
+      absl::Status status = FinalizePlan(candidates->configs[i], &plan);
       if (!status.ok()) {
         candidates->last_rejection = std::string(status.message());
         continue;

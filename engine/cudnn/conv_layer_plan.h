@@ -19,6 +19,7 @@
 #include "engine/activation.h"
 #include "engine/cudnn/backend_descriptor.h"
 #include "engine/cudnn/engine_selection.h"
+#include "engine/graph.h"
 #include "engine/tensor.h"
 
 namespace convserve {
@@ -41,6 +42,11 @@ struct ConvLayerProblem {
   }
   std::string Describe() const;
 };
+
+// The problems of every layer of `graph` for a checked input shape, with
+// `outputs` from Graph::InferShapes.
+std::vector<ConvLayerProblem> MakeLayerProblems(const Graph& graph, const Shape& input_shape,
+                                                const std::vector<Shape>& outputs);
 
 // The device pointers one execution uses.
 struct ConvLayerBuffers {
@@ -69,6 +75,11 @@ class ConvLayerPlan {
   // Fixes the buffers of every later RunBound (an executable's buffers never
   // move), so running does not rebuild cuDNN's variant pack each time.
   absl::Status Bind(const ConvLayerProblem& problem, const ConvLayerBuffers& buffers);
+  bool IsBoundTo(const ConvLayerBuffers& buffers) const {
+    return bound_pack_.get() != nullptr && bound_buffers_.x == buffers.x &&
+           bound_buffers_.w == buffers.w && bound_buffers_.bias == buffers.bias &&
+           bound_buffers_.y == buffers.y && bound_buffers_.workspace == buffers.workspace;
+  }
   // Runs the layer on the handle's stream: the plan, then the epilogue kernel
   // on the unfused path.
   absl::Status RunBound(cudnnHandle_t handle, cudaStream_t stream,
@@ -102,9 +113,16 @@ class ConvLayerPlanner {
   absl::StatusOr<ConvLayerPlan> Build(const ConvLayerProblem& problem,
                                       const ConvLayerBuffers& buffers);
 
+  // The plan for an engine already chosen (by Build on another worker or
+  // GPU of the same model): no search, no timing. NOT_FOUND when this
+  // engine is not offered here.
+  absl::StatusOr<ConvLayerPlan> BuildChosen(const ConvLayerProblem& problem, LayerPath path,
+                                            int64_t engine_index);
+
  private:
   struct Candidates;
   absl::StatusOr<Candidates> FindCandidates(const ConvLayerProblem& problem, bool fused);
+  absl::Status FinalizePlan(const BackendDescriptor& config, ConvLayerPlan* plan);
   absl::StatusOr<float> TimePlan(const ConvLayerPlan& plan, const ConvLayerProblem& problem,
                                  const ConvLayerBuffers& buffers);
 

@@ -23,6 +23,25 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
   return *this;
 }
 
+absl::StatusOr<PinnedBuffer> PinnedBuffer::Create(size_t bytes) {
+  void* data = nullptr;
+  if (bytes > 0) CUDA_RETURN_IF_ERROR(cudaMallocHost(&data, bytes));
+  return PinnedBuffer(data, bytes);
+}
+
+PinnedBuffer::~PinnedBuffer() {
+  if (data_ != nullptr) cudaFreeHost(data_);
+}
+
+PinnedBuffer& PinnedBuffer::operator=(PinnedBuffer&& other) noexcept {
+  if (this != &other) {
+    if (data_ != nullptr) cudaFreeHost(data_);
+    data_ = std::exchange(other.data_, nullptr);
+    bytes_ = std::exchange(other.bytes_, 0);
+  }
+  return *this;
+}
+
 absl::StatusOr<CudaStream> CudaStream::Create() {
   cudaStream_t stream = nullptr;
   CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));

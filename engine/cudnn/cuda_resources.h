@@ -37,6 +37,30 @@ class DeviceBuffer {
   size_t bytes_ = 0;
 };
 
+// Page-locked host memory (cudaMallocHost): what async copies need to
+// overlap with compute and to run at full PCIe/NVLink speed.
+class PinnedBuffer {
+ public:
+  static absl::StatusOr<PinnedBuffer> Create(size_t bytes);
+
+  PinnedBuffer() = default;
+  ~PinnedBuffer();
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+  PinnedBuffer(PinnedBuffer&& other) noexcept
+      : data_(std::exchange(other.data_, nullptr)), bytes_(std::exchange(other.bytes_, 0)) {}
+  PinnedBuffer& operator=(PinnedBuffer&& other) noexcept;
+
+  void* data() const { return data_; }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  PinnedBuffer(void* data, size_t bytes) : data_(data), bytes_(bytes) {}
+
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+};
+
 // A non-blocking stream: it never synchronizes with the legacy default stream.
 class CudaStream {
  public:

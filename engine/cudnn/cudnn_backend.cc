@@ -14,13 +14,6 @@
 
 namespace convserve {
 
-// A graph's weights and biases on the device, uploaded once and shared by
-// every executable of the graph.
-struct CudnnBackend::DeviceWeights {
-  std::vector<DeviceBuffer> weights;
-  std::vector<DeviceBuffer> biases;  // empty buffer for layers without bias
-};
-
 namespace {
 
 std::string VersionString(int version, bool cudnn) {
@@ -55,13 +48,12 @@ int CudaDeviceCount() {
   return count;
 }
 
-absl::StatusOr<std::unique_ptr<CudnnBackend>> CudnnBackend::Create(
-    const CudnnBackendOptions& options) {
+absl::StatusOr<CudnnVersions> CheckCudnnRuntime(int device) {
   const int devices = CudaDeviceCount();
   if (devices == 0) return absl::FailedPreconditionError("no CUDA device is visible");
-  if (options.device < 0 || options.device >= devices) {
+  if (device < 0 || device >= devices) {
     return absl::FailedPreconditionError(
-        absl::StrCat("CUDA device ", options.device, " does not exist; ", devices, " visible"));
+        absl::StrCat("CUDA device ", device, " does not exist; ", devices, " visible"));
   }
   CudnnVersions versions;
   versions.compiled_cudnn = CUDNN_VERSION;
@@ -77,9 +69,15 @@ absl::StatusOr<std::unique_ptr<CudnnBackend>> CudnnBackend::Create(
                      " is loaded; convserve needs cuDNN 9.0 or newer"));
   }
   cudaDeviceProp properties;
-  CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&properties, options.device));
+  CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&properties, device));
   versions.device_name = properties.name;
   versions.compute_capability = properties.major * 10 + properties.minor;
+  return versions;
+}
+
+absl::StatusOr<std::unique_ptr<CudnnBackend>> CudnnBackend::Create(
+    const CudnnBackendOptions& options) {
+  ASSIGN_OR_RETURN(CudnnVersions versions, CheckCudnnRuntime(options.device));
   CUDA_RETURN_IF_ERROR(cudaSetDevice(options.device));
 
   std::unique_ptr<CudnnBackend> backend(new CudnnBackend(options, std::move(versions)));
@@ -111,25 +109,14 @@ absl::StatusOr<std::shared_ptr<Executable>> CudnnBackend::Compile(
   return std::shared_ptr<Executable>(std::move(executable));
 }
 
-absl::StatusOr<std::shared_ptr<CudnnBackend::DeviceWeights>> CudnnBackend::WeightsLocked(
+absl::StatusOr<std::shared_ptr<DeviceWeights>> CudnnBackend::WeightsLocked(
     const Graph& graph) {
   auto it = weights_.find(graph.id());
   if (it != weights_.end()) {
     if (std::shared_ptr<DeviceWeights> live = it->second.lock()) return live;
   }
-  auto weights = std::make_shared<DeviceWeights>();
-  for (const ConvLayerSpec& layer : graph.spec().layers) {
-    ASSIGN_OR_RETURN(DeviceBuffer w, DeviceBuffer::Create(layer.weights.size()));
-    CUDA_RETURN_IF_ERROR(cudaMemcpy(w.data(), layer.weights.data(), layer.weights.size(),
-                                    cudaMemcpyHostToDevice));
-    ASSIGN_OR_RETURN(DeviceBuffer b, DeviceBuffer::Create(layer.bias.size()));
-    if (!layer.bias.empty()) {
-      CUDA_RETURN_IF_ERROR(
-          cudaMemcpy(b.data(), layer.bias.data(), layer.bias.size(), cudaMemcpyHostToDevice));
-    }
-    weights->weights.push_back(std::move(w));
-    weights->biases.push_back(std::move(b));
-  }
+  ASSIGN_OR_RETURN(std::shared_ptr<DeviceWeights> weights,
+                   DeviceWeights::Upload(graph, options_.device));
   weights_[graph.id()] = weights;
   return weights;
 }
@@ -161,22 +148,10 @@ absl::StatusOr<std::shared_ptr<CudnnExecutable>> CudnnBackend::CompileLocked(
   }
 
   ConvLayerPlanner planner(handle_.get(), stream_.get(), options_.selection);
-  Shape layer_input = input_shape;
+  std::vector<ConvLayerProblem> problems = MakeLayerProblems(*graph, input_shape, outputs);
   int64_t workspace = 0;
-  for (size_t i = 0; i < spec.layers.size(); ++i) {
-    const ConvLayerSpec& layer = spec.layers[i];
-    ConvLayerProblem problem;
-    problem.dtype = spec.dtype;
-    problem.channels_last = IsChannelsLast(spec.layout);
-    problem.input = layer_input;
-    problem.weights = graph->WeightShape(i);
-    problem.output = outputs[i];
-    problem.stride = layer.stride;
-    problem.dilation = layer.dilation;
-    problem.pad_before = layer.pad_before;
-    problem.pad_after = layer.pad_after;
-    problem.has_bias = !layer.bias.empty();
-    problem.activation = layer.activation;
+  for (size_t i = 0; i < problems.size(); ++i) {
+    ConvLayerProblem& problem = problems[i];
     const absl::Time build_start = absl::Now();
     absl::StatusOr<ConvLayerPlan> plan = planner.Build(problem, executable->BuffersFor(i));
     if (!plan.ok()) {
@@ -193,7 +168,6 @@ absl::StatusOr<std::shared_ptr<CudnnExecutable>> CudnnBackend::CompileLocked(
     workspace = std::max(workspace, plan->workspace_bytes());
     executable->problems_.push_back(std::move(problem));
     executable->plans_.push_back(*std::move(plan));
-    layer_input = outputs[i];
   }
   ASSIGN_OR_RETURN(executable->workspace_, DeviceBuffer::Create(workspace));
   for (size_t i = 0; i < executable->plans_.size(); ++i) {
@@ -236,8 +210,8 @@ ConvLayerBuffers CudnnExecutable::BuffersFor(size_t layer) const {
   ConvLayerBuffers buffers;
   buffers.x = layer == 0 ? input_.data() : (layer % 2 == 1 ? ping_.data() : pong_.data());
   buffers.y = layer % 2 == 0 ? ping_.data() : pong_.data();
-  buffers.w = weights_->weights[layer].data();
-  buffers.bias = weights_->biases[layer].data();
+  buffers.w = weights_->weights(layer);
+  buffers.bias = weights_->bias(layer);
   buffers.workspace = workspace_.data();
   return buffers;
 }

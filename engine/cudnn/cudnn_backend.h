@@ -19,6 +19,7 @@
 #include "engine/backend.h"
 #include "engine/cudnn/conv_layer_plan.h"
 #include "engine/cudnn/cuda_resources.h"
+#include "engine/cudnn/device_weights.h"
 #include "engine/cudnn/engine_selection.h"
 
 namespace convserve {
@@ -47,6 +48,10 @@ struct CudnnVersions {
 // Number of CUDA devices usable here; 0 when there is no driver or GPU.
 int CudaDeviceCount();
 
+// Versions and device properties of `device`. FAILED_PRECONDITION when the
+// device does not exist or the loaded cuDNN is older than 9.0.
+absl::StatusOr<CudnnVersions> CheckCudnnRuntime(int device);
+
 class CudnnExecutable;
 
 class CudnnBackend : public Backend {
@@ -65,7 +70,6 @@ class CudnnBackend : public Backend {
 
  private:
   friend class CudnnExecutable;
-  struct DeviceWeights;
 
   CudnnBackend(const CudnnBackendOptions& options, CudnnVersions versions)
       : options_(options), versions_(std::move(versions)) {}
@@ -120,7 +124,7 @@ class CudnnExecutable : public Executable {
 
   CudnnBackend* backend_ = nullptr;  // the backend owns (caches) its executables
   std::shared_ptr<const Graph> graph_;
-  std::shared_ptr<CudnnBackend::DeviceWeights> weights_;
+  std::shared_ptr<DeviceWeights> weights_;
   Shape input_shape_;
   std::vector<ConvLayerProblem> problems_;
   std::vector<ConvLayerPlan> plans_;

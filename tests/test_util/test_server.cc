@@ -11,9 +11,17 @@ namespace convserve {
 std::unique_ptr<TestServer> TestServer::Start(const InferenceCoreOptions& options,
                                               std::unique_ptr<Backend> backend) {
   if (backend == nullptr) backend = *CpuBackend::Create({2});
+  return Serve(InferenceCore::Create(options, std::move(backend)));
+}
+
+std::unique_ptr<TestServer> TestServer::Start(const InferenceCoreOptions& options,
+                                              std::unique_ptr<RequestRunner> runner) {
+  return Serve(InferenceCore::Create(options, std::move(runner)));
+}
+
+std::unique_ptr<TestServer> TestServer::Serve(
+    absl::StatusOr<std::unique_ptr<InferenceCore>> core) {
   auto test_server = std::make_unique<TestServer>();
-  absl::StatusOr<std::unique_ptr<InferenceCore>> core =
-      InferenceCore::Create(options, std::move(backend));
   if (!core.ok()) {
     std::fprintf(stderr, "TestServer: %s\n", core.status().ToString().c_str());
     std::abort();

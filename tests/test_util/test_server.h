@@ -6,6 +6,7 @@
 #include <string>
 
 #include "engine/backend.h"
+#include "engine/runtime/request_runner.h"
 #include "server/grpc_server.h"
 #include "server/inference_core.h"
 
@@ -17,6 +18,9 @@ class TestServer {
   // backend with 2 threads. Aborts the test binary if it cannot start.
   static std::unique_ptr<TestServer> Start(const InferenceCoreOptions& options = {},
                                            std::unique_ptr<Backend> backend = nullptr);
+  // Serves with `runner` (e.g. the GPU device pool).
+  static std::unique_ptr<TestServer> Start(const InferenceCoreOptions& options,
+                                           std::unique_ptr<RequestRunner> runner);
 
   // "127.0.0.1:PORT".
   std::string address() const;
@@ -24,6 +28,8 @@ class TestServer {
   GrpcServer* server() { return server_.get(); }
 
  private:
+  static std::unique_ptr<TestServer> Serve(absl::StatusOr<std::unique_ptr<InferenceCore>> core);
+
   std::unique_ptr<InferenceCore> core_;
   std::unique_ptr<GrpcServer> server_;
 };

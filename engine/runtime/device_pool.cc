@@ -1,0 +1,438 @@
+#include "engine/runtime/device_pool.h"
+
+#include <algorithm>
+#include <cstring>
+#include <optional>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "engine/cudnn/cuda_resources.h"
+#include "engine/cudnn/cudnn_backend.h"
+#include "engine/cudnn/cudnn_status.h"
+#include "engine/status_macros.h"
+#include "spdlog/spdlog.h"
+
+namespace convserve {
+
+struct DevicePool::GraphResources {
+  std::shared_ptr<const Graph> graph;
+  // By device slot (index into devices_).
+  std::vector<std::unique_ptr<DeviceWeights>> weights;
+};
+
+struct DevicePool::Task {
+  InferCall call;
+  // Holds the graph's device weights until the request is answered.
+  std::shared_ptr<GraphResources> resources;
+  absl::Time accepted;
+  int64_t cost = 0;
+};
+
+// One worker thread's own CUDA and cuDNN state. Touched only by its thread.
+struct DevicePool::Worker {
+  int index = 0;
+  CudaStream stream;
+  CudnnHandle handle;
+  CudaEvent events[4];
+  DeviceBuffer input, ping, pong, workspace;
+  PinnedBuffer staging_in, staging_out;
+  std::thread thread;
+};
+
+struct DevicePool::Device {
+  int ordinal = 0;
+  int slot = 0;
+  std::string name;
+  absl::Mutex mu;
+  std::deque<std::unique_ptr<Task>> queue ABSL_GUARDED_BY(mu);
+  int running ABSL_GUARDED_BY(mu) = 0;
+  bool stopping ABSL_GUARDED_BY(mu) = false;
+  // Input + output bytes of requests queued or running: the scheduler's
+  // measure of outstanding work.
+  std::atomic<int64_t> outstanding{0};
+  std::atomic<int64_t> completed{0};
+  std::atomic<int64_t> failed{0};
+  std::vector<std::unique_ptr<Worker>> workers;
+};
+
+namespace {
+
+// Grows `buffer` to at least `bytes` (never shrinks: a worker's buffers
+// settle at the largest request it has served).
+template <typename Buffer>
+absl::Status Grow(Buffer* buffer, size_t bytes) {
+  if (buffer->bytes() >= bytes) return absl::OkStatus();
+  ASSIGN_OR_RETURN(*buffer, Buffer::Create(bytes));
+  return absl::OkStatus();
+}
+
+double Seconds(absl::Duration d) { return absl::ToDoubleSeconds(d); }
+
+absl::StatusOr<double> ElapsedSeconds(const CudaEvent& from, const CudaEvent& to) {
+  float ms = 0;
+  CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&ms, from.get(), to.get()));
+  return ms / 1e3;
+}
+
+std::string PolicyName(const EngineSelection& s) {
+  return absl::StrCat(EngineSearchName(s.search), s.deterministic_only ? "/deterministic" : "",
+                      s.strict_float32 ? "/strict" : "/tf32", "/ws", s.max_workspace_bytes,
+                      s.search == EngineSearch::kAutotune
+                          ? absl::StrCat("/n", s.autotune_candidates)
+                          : "",
+                      s.blocklist.empty() ? "" : absl::StrCat("/blocked", s.blocklist.size()));
+}
+
+}  // namespace
+
+DevicePool::DevicePool(const DevicePoolOptions& options)
+    : options_(options),
+      policy_(PolicyName(options.selection)),
+      choices_(options.plan_cache),
+      plans_(options.plan_cache) {}
+
+absl::StatusOr<std::unique_ptr<DevicePool>> DevicePool::Create(const DevicePoolOptions& options) {
+  if (options.workers_per_device < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("workers per GPU must be >= 1, got ", options.workers_per_device));
+  }
+  if (options.max_queued_per_device < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("the per-GPU queue must hold >= 1, got ",
+                                                   options.max_queued_per_device));
+  }
+  std::vector<int> ordinals = options.devices;
+  if (ordinals.empty()) {
+    for (int d = 0; d < CudaDeviceCount(); ++d) ordinals.push_back(d);
+  }
+  if (ordinals.empty()) return absl::FailedPreconditionError("no CUDA device is visible");
+  std::unique_ptr<DevicePool> pool(new DevicePool(options));
+  for (size_t slot = 0; slot < ordinals.size(); ++slot) {
+    ASSIGN_OR_RETURN(CudnnVersions versions, CheckCudnnRuntime(ordinals[slot]));
+    auto device = std::make_unique<Device>();
+    device->ordinal = ordinals[slot];
+    device->slot = static_cast<int>(slot);
+    device->name = versions.device_name;
+    if (slot == 0) spdlog::info("{}", versions.ToString());
+    // NVIDIA's advice for per-thread handles: one synchronous cudnnCreate
+    // first, then each thread creates its own.
+    CUDA_RETURN_IF_ERROR(cudaSetDevice(device->ordinal));
+    ASSIGN_OR_RETURN(CudnnHandle first, CudnnHandle::Create(nullptr));
+    for (int w = 0; w < options.workers_per_device; ++w) {
+      auto worker = std::make_unique<Worker>();
+      worker->index = w;
+      CUDA_RETURN_IF_ERROR(cudaSetDevice(device->ordinal));
+      ASSIGN_OR_RETURN(worker->stream, CudaStream::Create());
+      ASSIGN_OR_RETURN(worker->handle, CudnnHandle::Create(worker->stream.get()));
+      for (CudaEvent& event : worker->events) {
+        ASSIGN_OR_RETURN(event, CudaEvent::Create());
+      }
+      device->workers.push_back(std::move(worker));
+    }
+    pool->devices_.push_back(std::move(device));
+  }
+  for (auto& device : pool->devices_) {
+    for (auto& worker : device->workers) {
+      worker->thread = std::thread(&DevicePool::WorkerLoop, pool.get(), device.get(), worker.get());
+    }
+  }
+  return pool;
+}
+
+DevicePool::~DevicePool() {
+  Drain();
+  for (auto& device : devices_) {
+    absl::MutexLock lock(&device->mu);
+    device->stopping = true;
+  }
+  for (auto& device : devices_) {
+    for (auto& worker : device->workers) worker->thread.join();
+  }
+}
+
+std::string DevicePool::Describe() const {
+  std::vector<std::string> gpus;
+  for (const auto& device : devices_) gpus.push_back(absl::StrCat(device->ordinal, " ", device->name));
+  return absl::StrCat("GPU device pool: ", absl::StrJoin(gpus, ", "), "; ",
+                      options_.workers_per_device, " workers per GPU; engine selection ",
+                      policy_);
+}
+
+absl::Status DevicePool::AddGraph(const std::shared_ptr<const Graph>& graph) {
+  {
+    absl::MutexLock lock(&graphs_mu_);
+    auto it = graph_refs_.find(graph->id());
+    if (it != graph_refs_.end()) {
+      ++it->second;
+      return absl::OkStatus();
+    }
+  }
+  // Upload outside the lock: traffic for other graphs goes on meanwhile.
+  auto resources = std::make_shared<GraphResources>();
+  resources->graph = graph;
+  for (const auto& device : devices_) {
+    absl::StatusOr<std::unique_ptr<DeviceWeights>> weights =
+        DeviceWeights::Upload(*graph, device->ordinal);
+    if (!weights.ok()) {
+      return absl::Status(weights.status().code(),
+                          absl::StrCat("uploading graph '", graph->name(), "' to GPU ",
+                                       device->ordinal, ": ", weights.status().message()));
+    }
+    resources->weights.push_back(*std::move(weights));
+  }
+  absl::MutexLock lock(&graphs_mu_);
+  if (++graph_refs_[graph->id()] == 1) graphs_[graph->id()] = std::move(resources);
+  return absl::OkStatus();
+}
+
+void DevicePool::RemoveGraph(const std::string& graph_id) {
+  {
+    absl::MutexLock lock(&graphs_mu_);
+    auto it = graph_refs_.find(graph_id);
+    if (it == graph_refs_.end() || --it->second > 0) return;
+    graph_refs_.erase(it);
+    // Queued and running requests hold the resources until they finish.
+    graphs_.erase(graph_id);
+  }
+  const auto of_graph = [&](const PlanKey& key) { return key.graph_id == graph_id; };
+  plans_.EraseIf(of_graph);
+  choices_.EraseIf(of_graph);
+}
+
+void DevicePool::Submit(InferCall call) {
+  if (!accepting_.load()) {
+    call.done(absl::UnavailableError("the server is shutting down"), {}, {});
+    return;
+  }
+  std::shared_ptr<GraphResources> resources;
+  {
+    absl::MutexLock lock(&graphs_mu_);
+    auto it = graphs_.find(call.graph->id());
+    if (it != graphs_.end()) resources = it->second;
+  }
+  if (resources == nullptr) {
+    call.done(absl::NotFoundError(absl::StrCat("graph '", call.graph->name(),
+                                               "' was unloaded before the request ran")),
+              {}, {});
+    return;
+  }
+  auto task = std::make_unique<Task>();
+  task->cost = static_cast<int64_t>(call.input.size());
+  absl::StatusOr<std::vector<Shape>> shapes = call.graph->InferShapes(call.input_shape);
+  if (shapes.ok()) {
+    task->cost += NumElements(shapes->back()) * DTypeSize(call.graph->spec().dtype);
+  }
+  task->call = std::move(call);
+  task->resources = std::move(resources);
+  task->accepted = absl::Now();
+  // Least outstanding work; ties go to the lower slot.
+  Device* target = devices_[0].get();
+  for (const auto& device : devices_) {
+    if (device->outstanding.load() < target->outstanding.load()) target = device.get();
+  }
+  const int64_t cost = task->cost;
+  {
+    absl::MutexLock lock(&target->mu);
+    if (static_cast<int>(target->queue.size()) < options_.max_queued_per_device) {
+      target->outstanding += cost;
+      target->queue.push_back(std::move(task));
+      return;
+    }
+  }
+  task->call.done(absl::ResourceExhaustedError(absl::StrCat(
+                      "GPU ", target->ordinal, " has ", options_.max_queued_per_device,
+                      " requests waiting (--max_queued_requests); retry later")),
+                  {}, {});
+}
+
+void DevicePool::Drain() {
+  accepting_.store(false);
+  for (auto& device : devices_) {
+    absl::MutexLock lock(&device->mu);
+    device->mu.Await(absl::Condition(
+        +[](Device* d) ABSL_EXCLUSIVE_LOCKS_REQUIRED(d->mu) {
+          return d->queue.empty() && d->running == 0;
+        },
+        device.get()));
+  }
+}
+
+std::vector<DeviceCounters> DevicePool::device_counters() const {
+  std::vector<DeviceCounters> counters;
+  for (const auto& device : devices_) {
+    DeviceCounters c;
+    c.device = device->ordinal;
+    c.name = device->name;
+    c.completed = device->completed.load();
+    c.failed = device->failed.load();
+    absl::MutexLock lock(&device->mu);
+    c.queued = static_cast<int64_t>(device->queue.size());
+    counters.push_back(c);
+  }
+  return counters;
+}
+
+void DevicePool::WorkerLoop(Device* device, Worker* worker) {
+  cudaSetDevice(device->ordinal);
+  while (true) {
+    std::unique_ptr<Task> task;
+    {
+      absl::MutexLock lock(&device->mu);
+      device->mu.Await(absl::Condition(
+          +[](Device* d) ABSL_EXCLUSIVE_LOCKS_REQUIRED(d->mu) {
+            return d->stopping || !d->queue.empty();
+          },
+          device));
+      if (device->queue.empty()) return;
+      task = std::move(device->queue.front());
+      device->queue.pop_front();
+      ++device->running;
+    }
+    Shape output_shape;
+    InferTimings timings;
+    absl::Status status = Execute(*device, *worker, *task, &output_shape, &timings);
+    if (!status.ok()) task->call.output->clear();  // never a partial result
+    (status.ok() ? device->completed : device->failed)++;
+    task->call.done(status, output_shape, timings);
+    device->outstanding -= task->cost;
+    task.reset();  // releases the graph's resources (maybe the last holder)
+    absl::MutexLock lock(&device->mu);
+    --device->running;
+  }
+}
+
+absl::StatusOr<std::shared_ptr<ConvLayerPlan>> DevicePool::LayerPlan(
+    Device& device, Worker& worker, const Graph& graph, size_t layer,
+    const ConvLayerProblem& problem, const ConvLayerBuffers& buffers) {
+  PlanKey key;
+  key.graph_id = graph.id();
+  key.layer = static_cast<int>(layer);
+  key.input_shape = problem.input;
+  key.dtype = problem.dtype;
+  key.layout = graph.spec().layout;
+  key.device = device.ordinal;
+  key.worker = worker.index;
+  key.policy = policy_;
+  return plans_.GetOrBuild(key, [&]() -> absl::StatusOr<PlanCache<ConvLayerPlan>::Built> {
+    ConvLayerPlanner planner(worker.handle.get(), worker.stream.get(), options_.selection);
+    // The choice is shared by every worker and GPU of this model.
+    PlanKey choice_key = key;
+    choice_key.device = -1;
+    choice_key.worker = -1;
+    choice_key.policy = absl::StrCat(policy_, "/", device.name);
+    std::optional<ConvLayerPlan> searched;
+    ASSIGN_OR_RETURN(
+        std::shared_ptr<EngineChoice> choice,
+        choices_.GetOrBuild(choice_key, [&]() -> absl::StatusOr<PlanCache<EngineChoice>::Built> {
+          const absl::Time start = absl::Now();
+          ASSIGN_OR_RETURN(ConvLayerPlan plan, planner.Build(problem, buffers));
+          spdlog::info("plan built: graph '{}' layers[{}] {} on GPU {}: {} path, engine {}, "
+                       "workspace {} B, {} in {:.1f} ms",
+                       graph.name(), layer, problem.Describe(), device.ordinal,
+                       LayerPathName(plan.path()), plan.engine_index(), plan.workspace_bytes(),
+                       EngineSearchName(options_.selection.search),
+                       absl::ToDoubleMilliseconds(absl::Now() - start));
+          auto chosen = std::make_shared<EngineChoice>(EngineChoice{plan.path(), plan.engine_index()});
+          searched = std::move(plan);
+          return PlanCache<EngineChoice>::Built{std::move(chosen), sizeof(EngineChoice)};
+        }));
+    ConvLayerPlan plan;
+    if (searched.has_value()) {
+      plan = std::move(*searched);
+    } else {
+      absl::StatusOr<ConvLayerPlan> rebuilt =
+          planner.BuildChosen(problem, choice->path, choice->engine_index);
+      if (absl::IsNotFound(rebuilt.status())) rebuilt = planner.Build(problem, buffers);
+      if (!rebuilt.ok()) return rebuilt.status();
+      plan = *std::move(rebuilt);
+    }
+    // Host descriptors are small next to the workspace the plan will need.
+    constexpr int64_t kPlanHostBytes = 16 << 10;
+    const int64_t bytes = plan.workspace_bytes() + kPlanHostBytes;
+    return PlanCache<ConvLayerPlan>::Built{std::make_shared<ConvLayerPlan>(std::move(plan)),
+                                           bytes};
+  });
+}
+
+absl::Status DevicePool::Execute(Device& device, Worker& worker, Task& task,
+                                 Shape* output_shape, InferTimings* timings) {
+  const InferCall& call = task.call;
+  absl::Time start = absl::Now();
+  timings->queue = Seconds(start - task.accepted);
+  if (call.cancelled && call.cancelled()) {
+    return absl::CancelledError(
+        "the client cancelled or the deadline passed before the request ran");
+  }
+  const Graph& graph = *call.graph;
+  ASSIGN_OR_RETURN(std::vector<Shape> outputs, graph.InferShapes(call.input_shape));
+  const std::vector<ConvLayerProblem> problems =
+      MakeLayerProblems(graph, call.input_shape, outputs);
+  const size_t element = DTypeSize(graph.spec().dtype);
+  int64_t largest = 0;
+  for (const Shape& shape : outputs) largest = std::max(largest, NumElements(shape));
+  const size_t out_bytes = NumElements(outputs.back()) * element;
+  RETURN_IF_ERROR(Grow(&worker.input, call.input.size()));
+  RETURN_IF_ERROR(Grow(&worker.ping, largest * element));
+  if (problems.size() > 1) RETURN_IF_ERROR(Grow(&worker.pong, largest * element));
+  RETURN_IF_ERROR(Grow(&worker.staging_in, call.input.size()));
+  RETURN_IF_ERROR(Grow(&worker.staging_out, out_bytes));
+  const DeviceWeights& weights = *task.resources->weights[device.slot];
+
+  const auto buffers_for = [&](size_t i) {
+    ConvLayerBuffers b;
+    b.x = i == 0 ? worker.input.data() : (i % 2 == 1 ? worker.ping.data() : worker.pong.data());
+    b.y = i % 2 == 0 ? worker.ping.data() : worker.pong.data();
+    b.w = weights.weights(i);
+    b.bias = weights.bias(i);
+    b.workspace = worker.workspace.data();
+    return b;
+  };
+  // Held for the whole request: a plan in use is never evicted.
+  std::vector<std::shared_ptr<ConvLayerPlan>> plans;
+  int64_t workspace = 0;
+  for (size_t i = 0; i < problems.size(); ++i) {
+    ASSIGN_OR_RETURN(std::shared_ptr<ConvLayerPlan> plan,
+                     LayerPlan(device, worker, graph, i, problems[i], buffers_for(i)));
+    workspace = std::max(workspace, plan->workspace_bytes());
+    plans.push_back(std::move(plan));
+  }
+  RETURN_IF_ERROR(Grow(&worker.workspace, workspace));
+  timings->build = Seconds(absl::Now() - start);
+
+  // Host copy 1 of 2: the request's bytes into pinned staging, so the H2D
+  // copy is a true async DMA.
+  start = absl::Now();
+  std::memcpy(worker.staging_in.data(), call.input.data(), call.input.size());
+  const double stage_in = Seconds(absl::Now() - start);
+  cudaStream_t stream = worker.stream.get();
+  CUDA_RETURN_IF_ERROR(cudaEventRecord(worker.events[0].get(), stream));
+  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(worker.input.data(), worker.staging_in.data(),
+                                       call.input.size(), cudaMemcpyHostToDevice, stream));
+  CUDA_RETURN_IF_ERROR(cudaEventRecord(worker.events[1].get(), stream));
+  for (size_t i = 0; i < problems.size(); ++i) {
+    const ConvLayerBuffers buffers = buffers_for(i);
+    if (!plans[i]->IsBoundTo(buffers)) RETURN_IF_ERROR(plans[i]->Bind(problems[i], buffers));
+    RETURN_IF_ERROR(plans[i]->RunBound(worker.handle.get(), stream, problems[i]));
+  }
+  CUDA_RETURN_IF_ERROR(cudaEventRecord(worker.events[2].get(), stream));
+  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(worker.staging_out.data(),
+                                       buffers_for(problems.size() - 1).y, out_bytes,
+                                       cudaMemcpyDeviceToHost, stream));
+  CUDA_RETURN_IF_ERROR(cudaEventRecord(worker.events[3].get(), stream));
+  CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+  // Host copy 2 of 2: pinned staging into the response message.
+  start = absl::Now();
+  call.output->resize(out_bytes);
+  std::memcpy(call.output->data(), worker.staging_out.data(), out_bytes);
+  const double stage_out = Seconds(absl::Now() - start);
+  ASSIGN_OR_RETURN(double h2d, ElapsedSeconds(worker.events[0], worker.events[1]));
+  ASSIGN_OR_RETURN(double compute, ElapsedSeconds(worker.events[1], worker.events[2]));
+  ASSIGN_OR_RETURN(double d2h, ElapsedSeconds(worker.events[2], worker.events[3]));
+  timings->h2d = stage_in + h2d;
+  timings->compute = compute;
+  timings->d2h = d2h + stage_out;
+  *output_shape = outputs.back();
+  return absl::OkStatus();
+}
+
+}  // namespace convserve
