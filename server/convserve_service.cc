@@ -1,6 +1,7 @@
 #include "server/convserve_service.h"
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "server/grpc_status.h"
 #include "server/proto_convert.h"
 
@@ -65,12 +66,17 @@ grpc::ServerUnaryReactor* ConvServeService::GetGraph(grpc::CallbackServerContext
 grpc::ServerUnaryReactor* ConvServeService::Infer(grpc::CallbackServerContext* context,
                                                   const v1::InferRequest* request,
                                                   v1::InferResponse* response) {
+  const absl::Time start = absl::Now();
+  const auto reject = [&](const absl::Status& status, const std::string& graph) {
+    metrics_->RequestRejected(graph, "convserve", status.code());
+    return Finish(context, status);
+  };
   absl::Status status = RequireGraphName(request->graph());
-  if (!status.ok()) return Finish(context, status);
+  if (!status.ok()) return reject(status, "");
   absl::StatusOr<std::shared_ptr<const Graph>> graph = core_->FindGraph(request->graph());
-  if (!graph.ok()) return Finish(context, graph.status());
+  if (!graph.ok()) return reject(graph.status(), "");
   absl::StatusOr<WireTensor> input = InferInputFromProto(**graph, *request);
-  if (!input.ok()) return Finish(context, input.status());
+  if (!input.ok()) return reject(input.status(), (*graph)->name());
 
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   const DType dtype = (*graph)->spec().dtype;
@@ -82,20 +88,40 @@ grpc::ServerUnaryReactor* ConvServeService::Infer(grpc::CallbackServerContext* c
   call.input = input->bytes;
   call.output = response->mutable_output()->mutable_data();
   call.cancelled = [context] { return context->IsCancelled(); };
-  call.done = [reactor, response, dtype, layout](const absl::Status& status, const Shape& shape,
-                                                 const InferTimings&) {
+  metrics_->RequestStarted();
+  call.done = [this, reactor, response, dtype, layout, start, name = call.graph->name(),
+               id = call.graph->id(), bytes_in = static_cast<int64_t>(input->bytes.size())](
+                  const absl::Status& status, const Shape& shape, const InferTimings& timings) {
+    int64_t bytes_out = 0;
     if (status.ok()) {
       v1::Tensor* output = response->mutable_output();
       for (int64_t d : shape) output->add_shape(d);
       output->set_data_type(DataTypeToProto(dtype));
       output->set_layout(LayoutToProto(layout));
+      bytes_out = static_cast<int64_t>(output->data().size());
     } else {
       response->Clear();  // never a partial result
     }
+    metrics_->RequestFinished(name, id, "convserve", status.code(),
+                              absl::ToDoubleSeconds(absl::Now() - start), timings, bytes_in,
+                              bytes_out);
     reactor->Finish(ToGrpcStatus(status));
   };
   core_->Infer(std::move(call));
   return reactor;
+}
+
+grpc::ServerUnaryReactor* ConvServeService::GetStatistics(
+    grpc::CallbackServerContext* context, const v1::GetStatisticsRequest* request,
+    v1::GetStatisticsResponse* response) {
+  if (!request->graph().empty()) {
+    absl::StatusOr<std::shared_ptr<const Graph>> graph = core_->FindGraph(request->graph());
+    if (!graph.ok()) return Finish(context, graph.status());
+    *response = metrics_->Statistics((*graph)->name());
+  } else {
+    *response = metrics_->Statistics("");
+  }
+  return Finish(context, absl::OkStatus());
 }
 
 }  // namespace convserve

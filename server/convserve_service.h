@@ -5,13 +5,15 @@
 
 #include "convserve/v1/convserve.grpc.pb.h"
 #include "server/inference_core.h"
+#include "server/server_metrics.h"
 
 namespace convserve {
 
 class ConvServeService final : public v1::ConvServe::CallbackService {
  public:
-  // `core` outlives the service (both are owned by GrpcServer's owner).
-  explicit ConvServeService(InferenceCore* core) : core_(core) {}
+  // `core` and `metrics` outlive the service.
+  ConvServeService(InferenceCore* core, ServerMetrics* metrics)
+      : core_(core), metrics_(metrics) {}
 
   grpc::ServerUnaryReactor* LoadGraph(grpc::CallbackServerContext* context,
                                       const v1::LoadGraphRequest* request,
@@ -28,9 +30,13 @@ class ConvServeService final : public v1::ConvServe::CallbackService {
   grpc::ServerUnaryReactor* Infer(grpc::CallbackServerContext* context,
                                   const v1::InferRequest* request,
                                   v1::InferResponse* response) override;
+  grpc::ServerUnaryReactor* GetStatistics(grpc::CallbackServerContext* context,
+                                          const v1::GetStatisticsRequest* request,
+                                          v1::GetStatisticsResponse* response) override;
 
  private:
   InferenceCore* const core_;
+  ServerMetrics* const metrics_;
 };
 
 }  // namespace convserve

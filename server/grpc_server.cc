@@ -15,9 +15,15 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(const GrpcServerOp
     return absl::InvalidArgumentError(absl::StrCat("max message bytes must be >= 1, got ",
                                                    options.max_message_bytes));
   }
+  absl::StatusOr<std::unique_ptr<ServerMetrics>> metrics =
+      ServerMetrics::Create(options.metrics, core);
+  if (!metrics.ok()) return metrics.status();
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
-  std::unique_ptr<GrpcServer> server(new GrpcServer(core));
+  std::unique_ptr<GrpcServer> server(new GrpcServer(core, *std::move(metrics)));
+  ServerMetrics* raw_metrics = server->metrics_.get();
+  core->set_plan_build_observer(
+      [raw_metrics](const PlanBuildEvent& event) { raw_metrics->PlanBuilt(event); });
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options.listen_address, grpc::InsecureServerCredentials(),
                            &server->port_);
@@ -35,10 +41,13 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(const GrpcServerOp
   return server;
 }
 
-GrpcServer::~GrpcServer() { Shutdown(absl::ZeroDuration()); }
+GrpcServer::~GrpcServer() {
+  Shutdown(absl::ZeroDuration());
+  core_->set_plan_build_observer(nullptr);  // the metrics go with this server
+}
 
 void GrpcServer::Shutdown(absl::Duration grace) {
-  if (shut_down_) return;
+  if (shut_down_ || server_ == nullptr) return;
   shut_down_ = true;
   server_->GetHealthCheckService()->SetServingStatus(false);
   core_->Drain();

@@ -13,6 +13,7 @@
 #include "server/convserve_service.h"
 #include "server/inference_core.h"
 #include "server/kserve_service.h"
+#include "server/server_metrics.h"
 
 namespace convserve {
 
@@ -21,6 +22,8 @@ struct GrpcServerOptions {
   std::string listen_address = "0.0.0.0:8001";
   // Largest request or response message in bytes.
   int max_message_bytes = 256 << 20;
+  // Prometheus /metrics endpoint and graph-label bound.
+  ServerMetricsOptions metrics;
 };
 
 class GrpcServer {
@@ -32,15 +35,21 @@ class GrpcServer {
 
   // The bound port.
   int port() const { return port_; }
+  ServerMetrics& metrics() { return *metrics_; }
 
   // Graceful stop: health turns NOT_SERVING, new requests are refused,
   // accepted ones finish, then calls still open after `grace` are cancelled.
   void Shutdown(absl::Duration grace);
 
  private:
-  GrpcServer(InferenceCore* core) : core_(core), convserve_(core), kserve_(core) {}
+  GrpcServer(InferenceCore* core, std::unique_ptr<ServerMetrics> metrics)
+      : core_(core),
+        metrics_(std::move(metrics)),
+        convserve_(core, metrics_.get()),
+        kserve_(core, metrics_.get()) {}
 
   InferenceCore* const core_;  // owned by the caller of Start
+  const std::unique_ptr<ServerMetrics> metrics_;
   ConvServeService convserve_;
   KServeService kserve_;
   std::unique_ptr<grpc::Server> server_;

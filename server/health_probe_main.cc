@@ -12,6 +12,8 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 
 ABSL_FLAG(std::string, server, "localhost:8001", "server address host:port");
@@ -41,7 +43,10 @@ bool CheckOnce(Health::Stub& stub, const std::string& service, double timeout_se
   HealthCheckResponse response;
   const grpc::Status status = stub.Check(&context, request, &response);
   if (!status.ok()) {
-    *text = "no answer: " + std::to_string(status.error_code()) + " " + status.error_message();
+    // gRPC and absl share the canonical status codes.
+    *text = absl::StrCat("no answer: ",
+                         absl::StatusCodeToString(static_cast<absl::StatusCode>(status.error_code())),
+                         ": ", status.error_message());
     return false;
   }
   *text = HealthCheckResponse::ServingStatus_Name(response.status());

@@ -53,6 +53,10 @@ class InferenceCore {
   void Drain();
 
   const RequestRunner& runner() const { return *runner_; }
+  // See RequestRunner::set_plan_build_observer; before traffic starts.
+  void set_plan_build_observer(std::function<void(const PlanBuildEvent&)> observer) {
+    runner_->set_plan_build_observer(std::move(observer));
+  }
 
   // Requests handed to the runner, and those of them answered (OK or not).
   // After Drain the two are equal: no accepted request goes unanswered.

@@ -1,6 +1,7 @@
 #include "server/kserve_service.h"
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "server/grpc_status.h"
 #include "server/proto_convert.h"
 #include "server/version.h"
@@ -74,13 +75,18 @@ grpc::ServerUnaryReactor* KServeService::ModelMetadata(
 grpc::ServerUnaryReactor* KServeService::ModelInfer(grpc::CallbackServerContext* context,
                                                     const inference::ModelInferRequest* request,
                                                     inference::ModelInferResponse* response) {
+  const absl::Time start = absl::Now();
+  const auto reject = [&](const absl::Status& status, const std::string& graph) {
+    metrics_->RequestRejected(graph, "kserve", status.code());
+    return Finish(context, status);
+  };
   absl::StatusOr<std::shared_ptr<const Graph>> graph =
       FindModel(request->model_name(), request->model_version());
-  if (!graph.ok()) return Finish(context, graph.status());
+  if (!graph.ok()) return reject(graph.status(), "");
   absl::Status outputs_ok = CheckKServeOutputs(*request);
-  if (!outputs_ok.ok()) return Finish(context, outputs_ok);
+  if (!outputs_ok.ok()) return reject(outputs_ok, (*graph)->name());
   absl::StatusOr<WireTensor> input = KServeInputFromProto(**graph, *request);
-  if (!input.ok()) return Finish(context, input.status());
+  if (!input.ok()) return reject(input.status(), (*graph)->name());
 
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   std::shared_ptr<const Graph> model = *graph;
@@ -93,16 +99,23 @@ grpc::ServerUnaryReactor* KServeService::ModelInfer(grpc::CallbackServerContext*
   call.input = input->bytes;
   call.output = response->add_raw_output_contents();
   call.cancelled = [context] { return context->IsCancelled(); };
-  call.done = [reactor, response, model](const absl::Status& status, const Shape& shape,
-                                         const InferTimings&) {
+  metrics_->RequestStarted();
+  call.done = [this, reactor, response, model, start,
+               bytes_in = static_cast<int64_t>(input->bytes.size())](
+                  const absl::Status& status, const Shape& shape, const InferTimings& timings) {
+    int64_t bytes_out = 0;
     if (status.ok()) {
       auto* output = response->add_outputs();
       output->set_name(kOutputName);
       output->set_datatype(KServeDataType(model->spec().dtype));
       for (int64_t d : KServeShape(*model, shape)) output->add_shape(d);
+      bytes_out = static_cast<int64_t>(response->raw_output_contents(0).size());
     } else {
       response->Clear();  // never a partial result
     }
+    metrics_->RequestFinished(model->name(), model->id(), "kserve", status.code(),
+                              absl::ToDoubleSeconds(absl::Now() - start), timings, bytes_in,
+                              bytes_out);
     reactor->Finish(ToGrpcStatus(status));
   };
   core_->Infer(std::move(call));

@@ -7,13 +7,14 @@
 
 #include "inference/grpc_predict_v2.grpc.pb.h"
 #include "server/inference_core.h"
+#include "server/server_metrics.h"
 
 namespace convserve {
 
 class KServeService final : public inference::GRPCInferenceService::CallbackService {
  public:
-  // `core` outlives the service.
-  explicit KServeService(InferenceCore* core) : core_(core) {}
+  // `core` and `metrics` outlive the service.
+  KServeService(InferenceCore* core, ServerMetrics* metrics) : core_(core), metrics_(metrics) {}
 
   grpc::ServerUnaryReactor* ServerLive(grpc::CallbackServerContext* context,
                                        const inference::ServerLiveRequest* request,
@@ -40,6 +41,7 @@ class KServeService final : public inference::GRPCInferenceService::CallbackServ
                                                          const std::string& version) const;
 
   InferenceCore* const core_;
+  ServerMetrics* const metrics_;
 };
 
 }  // namespace convserve

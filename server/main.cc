@@ -50,6 +50,10 @@ ABSL_FLAG(int64_t, max_tensor_bytes, int64_t{1} << 30,
 ABSL_FLAG(int, max_layers, 256, "layers per graph");
 ABSL_FLAG(double, shutdown_grace_seconds, 30,
           "on SIGTERM, how long open calls may take after accepted work is done");
+ABSL_FLAG(std::string, metrics_listen, "0.0.0.0:8002",
+          "Prometheus /metrics address (host:port); empty serves no metrics");
+ABSL_FLAG(int, max_metric_graphs, 32,
+          "graphs that get their own metric label; later ones share graph=\"_other\"");
 ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error or off");
 
 namespace convserve {
@@ -108,6 +112,8 @@ int Run() {
   GrpcServerOptions server_options;
   server_options.listen_address = absl::GetFlag(FLAGS_listen);
   server_options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
+  server_options.metrics.listen_address = absl::GetFlag(FLAGS_metrics_listen);
+  server_options.metrics.max_graph_labels = absl::GetFlag(FLAGS_max_metric_graphs);
   absl::StatusOr<std::unique_ptr<GrpcServer>> server =
       GrpcServer::Start(server_options, core->get());
   if (!server.ok()) {
@@ -115,8 +121,11 @@ int Run() {
     return 2;
   }
   spdlog::info("listening on {} (port {}): convserve.v1.ConvServe, inference.GRPCInferenceService, "
-               "grpc.health.v1, reflection",
-               server_options.listen_address, (*server)->port());
+               "grpc.health.v1, reflection; metrics {}",
+               server_options.listen_address, (*server)->port(),
+               (*server)->metrics().port() > 0
+                   ? absl::StrCat("on port ", (*server)->metrics().port(), " /metrics")
+                   : std::string("off"));
 
   int signal_number = 0;
   sigwait(&stop_signals, &signal_number);

@@ -14,8 +14,6 @@
 
 namespace convserve {
 
-namespace {
-
 std::string VersionString(int version, bool cudnn) {
   // cuDNN 9: major*10000 + minor*100 + patch; CUDA: major*1000 + minor*10.
   if (cudnn) {
@@ -23,6 +21,8 @@ std::string VersionString(int version, bool cudnn) {
   }
   return absl::StrCat(version / 1000, ".", (version % 1000) / 10);
 }
+
+namespace {
 
 std::string ShapeKey(const std::string& graph_id, const Shape& shape) {
   return absl::StrCat(graph_id, "/", absl::StrJoin(shape, "x"));

@@ -45,6 +45,10 @@ struct CudnnVersions {
   std::string ToString() const;
 };
 
+// "9.14.0" for cuDNN (major*10000 + minor*100 + patch) or "13.0" for CUDA
+// (major*1000 + minor*10).
+std::string VersionString(int version, bool cudnn);
+
 // Number of CUDA devices usable here; 0 when there is no driver or GPU.
 int CudaDeviceCount();
 

@@ -4,17 +4,37 @@
 #include "engine/status_macros.h"
 
 namespace convserve {
-namespace {
 
-absl::Status Execute(Backend& backend, const InferCall& call, Shape* output_shape,
-                     InferTimings* timings) {
+absl::Status BackendRunner::Execute(const InferCall& call, Shape* output_shape,
+                                    InferTimings* timings) {
   if (call.cancelled && call.cancelled()) {
     return absl::CancelledError(
         "the client cancelled or the deadline passed before the request ran");
   }
   absl::Time start = absl::Now();
-  ASSIGN_OR_RETURN(std::shared_ptr<Executable> executable,
-                   backend.Compile(call.graph, call.input_shape));
+  PlanKey key;
+  key.graph_id = call.graph->id();
+  key.layer = -1;  // the whole graph
+  key.input_shape = call.input_shape;
+  key.dtype = call.graph->spec().dtype;
+  key.layout = call.graph->spec().layout;
+  key.device = -1;
+  key.policy = backend_->name();
+  ASSIGN_OR_RETURN(
+      std::shared_ptr<Executable> executable,
+      executables_.GetOrBuild(key, [&]() -> absl::StatusOr<PlanCache<Executable>::Built> {
+        const absl::Time build_start = absl::Now();
+        absl::StatusOr<std::shared_ptr<Executable>> compiled =
+            backend_->Compile(call.graph, call.input_shape);
+        PlanBuildEvent event;
+        event.device = "cpu";
+        event.path = backend_->name();
+        event.ok = compiled.ok();
+        event.seconds = absl::ToDoubleSeconds(absl::Now() - build_start);
+        ReportPlanBuild(event);
+        if (!compiled.ok()) return compiled.status();
+        return PlanCache<Executable>::Built{*std::move(compiled), 0};
+      }));
   timings->build = absl::ToDoubleSeconds(absl::Now() - start);
   const size_t bytes =
       NumElements(executable->output_shape()) * DTypeSize(call.graph->spec().dtype);
@@ -31,19 +51,35 @@ absl::Status Execute(Backend& backend, const InferCall& call, Shape* output_shap
   return absl::OkStatus();
 }
 
-}  // namespace
+void BackendRunner::RemoveGraph(const std::string& graph_id) {
+  executables_.EraseIf([&](const PlanKey& key) { return key.graph_id == graph_id; });
+}
 
 void BackendRunner::Submit(InferCall call) {
   auto shared_call = std::make_shared<InferCall>(std::move(call));
   const absl::Time accepted = absl::Now();
   absl::Status queued = executor_.Submit([this, shared_call, accepted] {
     InferTimings timings;
+    timings.device = "cpu";
     timings.queue = absl::ToDoubleSeconds(absl::Now() - accepted);
     Shape output_shape;
-    absl::Status status = Execute(*backend_, *shared_call, &output_shape, &timings);
+    absl::Status status = Execute(*shared_call, &output_shape, &timings);
     shared_call->done(status, output_shape, timings);
   });
   if (!queued.ok()) shared_call->done(queued, {}, {});
+}
+
+RunnerStats BackendRunner::Stats() const {
+  RunnerStats stats;
+  DeviceStats cpu;
+  cpu.device = "cpu";
+  const int pending = executor_.pending();
+  cpu.running = std::min(pending, executor_.threads());
+  cpu.queued = pending - cpu.running;
+  stats.devices.push_back(cpu);
+  stats.plans = executables_.stats();
+  stats.versions["backend"] = backend_->name();
+  return stats;
 }
 
 }  // namespace convserve

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "engine/backend.h"
+#include "engine/runtime/plan_cache.h"
 #include "engine/runtime/request_executor.h"
 #include "engine/runtime/request_runner.h"
 
@@ -14,19 +15,25 @@ namespace convserve {
 
 class BackendRunner : public RequestRunner {
  public:
-  BackendRunner(std::unique_ptr<Backend> backend, const RequestExecutorOptions& options)
-      : backend_(std::move(backend)), executor_(options) {}
+  BackendRunner(std::unique_ptr<Backend> backend, const RequestExecutorOptions& options,
+                const PlanCacheOptions& cache_options = {})
+      : backend_(std::move(backend)), executables_(cache_options), executor_(options) {}
 
   absl::Status AddGraph(const std::shared_ptr<const Graph>&) override {
     return absl::OkStatus();
   }
-  void RemoveGraph(const std::string&) override {}
+  void RemoveGraph(const std::string& graph_id) override;
   void Submit(InferCall call) override;
   void Drain() override { executor_.Drain(); }
   std::string Describe() const override { return backend_->Describe(); }
+  RunnerStats Stats() const override;
 
  private:
+  absl::Status Execute(const InferCall& call, Shape* output_shape, InferTimings* timings);
+
   const std::unique_ptr<Backend> backend_;
+  // Compiled (graph, shape) executables, so repeated shapes skip Compile.
+  PlanCache<Executable> executables_;
   // Declared last: destroyed first, so workers stop before the backend goes.
   RequestExecutor executor_;
 };

@@ -44,6 +44,7 @@ struct DevicePool::Device {
   int ordinal = 0;
   int slot = 0;
   std::string name;
+  std::string uuid;
   absl::Mutex mu;
   std::deque<std::unique_ptr<Task>> queue ABSL_GUARDED_BY(mu);
   int running ABSL_GUARDED_BY(mu) = 0;
@@ -113,7 +114,22 @@ absl::StatusOr<std::unique_ptr<DevicePool>> DevicePool::Create(const DevicePoolO
     device->ordinal = ordinals[slot];
     device->slot = static_cast<int>(slot);
     device->name = versions.device_name;
-    if (slot == 0) spdlog::info("{}", versions.ToString());
+    cudaDeviceProp properties;
+    CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&properties, device->ordinal));
+    device->uuid = "GPU-";
+    for (int i = 0; i < 16; ++i) {
+      absl::StrAppend(&device->uuid, absl::Hex(static_cast<uint8_t>(properties.uuid.bytes[i]),
+                                               absl::kZeroPad2),
+                      i == 3 || i == 5 || i == 7 || i == 9 ? "-" : "");
+    }
+    if (slot == 0) {
+      spdlog::info("{}", versions.ToString());
+      pool->versions_ = {{"cudnn_runtime", VersionString(versions.runtime_cudnn, true)},
+                         {"cudnn_compiled", VersionString(versions.compiled_cudnn, true)},
+                         {"cuda_runtime", VersionString(versions.runtime_cuda, false)},
+                         {"cuda_driver", VersionString(versions.driver_cuda, false)},
+                         {"backend", "cudnn"}};
+    }
     // NVIDIA's advice for per-thread handles: one synchronous cudnnCreate
     // first, then each thread creates its own.
     CUDA_RETURN_IF_ERROR(cudaSetDevice(device->ordinal));
@@ -257,6 +273,29 @@ void DevicePool::Drain() {
   }
 }
 
+RunnerStats DevicePool::Stats() const {
+  RunnerStats stats;
+  for (const auto& device : devices_) {
+    DeviceStats d;
+    d.device = absl::StrCat(device->ordinal);
+    d.uuid = device->uuid;
+    {
+      absl::MutexLock lock(&device->mu);
+      d.queued = static_cast<int64_t>(device->queue.size());
+      d.running = device->running;
+    }
+    size_t free = 0, total = 0;
+    if (cudaSetDevice(device->ordinal) == cudaSuccess && cudaMemGetInfo(&free, &total) == cudaSuccess) {
+      d.memory_used_bytes = static_cast<int64_t>(total - free);
+      d.memory_total_bytes = static_cast<int64_t>(total);
+    }
+    stats.devices.push_back(d);
+  }
+  stats.plans = plans_.stats();
+  stats.versions = versions_;
+  return stats;
+}
+
 std::vector<DeviceCounters> DevicePool::device_counters() const {
   std::vector<DeviceCounters> counters;
   for (const auto& device : devices_) {
@@ -290,6 +329,7 @@ void DevicePool::WorkerLoop(Device* device, Worker* worker) {
     }
     Shape output_shape;
     InferTimings timings;
+    timings.device = absl::StrCat(device->ordinal);
     absl::Status status = Execute(*device, *worker, *task, &output_shape, &timings);
     if (!status.ok()) task->call.output->clear();  // never a partial result
     (status.ok() ? device->completed : device->failed)++;
@@ -314,6 +354,21 @@ absl::StatusOr<std::shared_ptr<ConvLayerPlan>> DevicePool::LayerPlan(
   key.worker = worker.index;
   key.policy = policy_;
   return plans_.GetOrBuild(key, [&]() -> absl::StatusOr<PlanCache<ConvLayerPlan>::Built> {
+    const absl::Time build_start = absl::Now();
+    PlanBuildEvent event;
+    event.device = absl::StrCat(device.ordinal);
+    event.ok = false;
+    event.path = "none";
+    // Reported however the build ends.
+    struct Reporter {
+      const DevicePool* pool;
+      PlanBuildEvent* event;
+      absl::Time start;
+      ~Reporter() {
+        event->seconds = absl::ToDoubleSeconds(absl::Now() - start);
+        pool->ReportPlanBuild(*event);
+      }
+    } reporter{this, &event, build_start};
     ConvLayerPlanner planner(worker.handle.get(), worker.stream.get(), options_.selection);
     // The choice is shared by every worker and GPU of this model.
     PlanKey choice_key = key;
@@ -346,6 +401,8 @@ absl::StatusOr<std::shared_ptr<ConvLayerPlan>> DevicePool::LayerPlan(
       if (!rebuilt.ok()) return rebuilt.status();
       plan = *std::move(rebuilt);
     }
+    event.ok = true;
+    event.path = LayerPathName(plan.path());
     // Host descriptors are small next to the workspace the plan will need.
     constexpr int64_t kPlanHostBytes = 16 << 10;
     const int64_t bytes = plan.workspace_bytes() + kPlanHostBytes;

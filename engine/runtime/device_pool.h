@@ -16,6 +16,7 @@
 
 #include <atomic>
 #include <deque>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -70,6 +71,7 @@ class DevicePool : public RequestRunner {
   void Submit(InferCall call) override;
   void Drain() override;
   std::string Describe() const override;
+  RunnerStats Stats() const override;
 
   std::vector<DeviceCounters> device_counters() const;
   PlanCacheStats plan_stats() const { return plans_.stats(); }
@@ -92,6 +94,7 @@ class DevicePool : public RequestRunner {
                                                            const ConvLayerBuffers& buffers);
 
   const DevicePoolOptions options_;
+  std::map<std::string, std::string> versions_;
   std::string policy_;  // engine selection, part of every key
   std::vector<std::unique_ptr<Device>> devices_;
   PlanCache<EngineChoice> choices_;

@@ -16,6 +16,7 @@ namespace convserve {
 
 // Where one request's time went, in seconds, filled as it runs.
 struct InferTimings {
+  std::string device;  // where it ran: "0", "1", ... or "cpu"
   double queue = 0;    // accepted -> a worker took it
   double build = 0;    // plan lookups and builds
   double h2d = 0;      // host to device, staging copy included

@@ -41,6 +41,7 @@ class RequestExecutor {
 
   // Tasks queued or running.
   int pending() const;
+  int threads() const { return static_cast<int>(workers_.size()); }
 
  private:
   void WorkerLoop();

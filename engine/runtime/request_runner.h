@@ -4,14 +4,48 @@
 #ifndef CONVSERVE_ENGINE_RUNTIME_REQUEST_RUNNER_H_
 #define CONVSERVE_ENGINE_RUNTIME_REQUEST_RUNNER_H_
 
+#include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "engine/graph.h"
 #include "engine/runtime/infer_call.h"
+#include "engine/runtime/plan_cache.h"
 
 namespace convserve {
+
+// One device's state for metrics; the CPU runner reports one "cpu" device.
+struct DeviceStats {
+  // "0", "1", ... for GPUs, "cpu" for the CPU runner.
+  std::string device;
+  // GPU UUID ("GPU-..."), empty for the CPU.
+  std::string uuid;
+  int64_t queued = 0;
+  int64_t running = 0;
+  // GPU memory; 0 for the CPU.
+  int64_t memory_used_bytes = 0;
+  int64_t memory_total_bytes = 0;
+};
+
+struct RunnerStats {
+  std::vector<DeviceStats> devices;
+  // Compiled plans (per worker on GPUs; executables on the CPU).
+  PlanCacheStats plans;
+  // Library versions for the build-info metric, e.g. {"cudnn_runtime", "9.14.0"}.
+  std::map<std::string, std::string> versions;
+};
+
+// A plan finished building (or failed to).
+struct PlanBuildEvent {
+  std::string device;
+  // "fused", "unfused", or "cpu".
+  std::string path;
+  bool ok = true;
+  double seconds = 0;
+};
 
 class RequestRunner {
  public:
@@ -33,6 +67,23 @@ class RequestRunner {
 
   // For the start-up log.
   virtual std::string Describe() const = 0;
+
+  // A snapshot for metrics; called from the metrics thread.
+  virtual RunnerStats Stats() const = 0;
+
+  // Called after every plan build, from the building thread; set once before
+  // traffic starts.
+  void set_plan_build_observer(std::function<void(const PlanBuildEvent&)> observer) {
+    plan_build_observer_ = std::move(observer);
+  }
+
+ protected:
+  void ReportPlanBuild(const PlanBuildEvent& event) const {
+    if (plan_build_observer_) plan_build_observer_(event);
+  }
+
+ private:
+  std::function<void(const PlanBuildEvent&)> plan_build_observer_;
 };
 
 }  // namespace convserve

@@ -38,6 +38,7 @@ class RecordingRunner : public RequestRunner {
   void RemoveGraph(const std::string& id) override { inner_->RemoveGraph(id); }
   void Drain() override { inner_->Drain(); }
   std::string Describe() const override { return inner_->Describe(); }
+  RunnerStats Stats() const override { return inner_->Stats(); }
   void Submit(InferCall call) override {
     call.done = [this, done = std::move(call.done)](const absl::Status& s, const Shape& shape,
                                                     const InferTimings& t) {

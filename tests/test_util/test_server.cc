@@ -29,6 +29,7 @@ std::unique_ptr<TestServer> TestServer::Serve(
   test_server->core_ = *std::move(core);
   GrpcServerOptions server_options;
   server_options.listen_address = "127.0.0.1:0";
+  server_options.metrics.listen_address = "127.0.0.1:0";
   absl::StatusOr<std::unique_ptr<GrpcServer>> server =
       GrpcServer::Start(server_options, test_server->core_.get());
   if (!server.ok()) {

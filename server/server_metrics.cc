@@ -1,0 +1,252 @@
+#include "server/server_metrics.h"
+
+#include <prometheus/collectable.h>
+#include <prometheus/metric_family.h>
+#include <prometheus/text_serializer.h>
+
+#include <algorithm>
+#include <exception>
+
+#include "absl/strings/str_cat.h"
+#include "server/inference_core.h"
+#include "server/version.h"
+
+namespace convserve {
+namespace {
+
+// 5 us to 30 s in 1-2-5 steps: GPU kernels to cold autotune builds.
+const prometheus::Histogram::BucketBoundaries& Buckets() {
+  static const auto* buckets = new prometheus::Histogram::BucketBoundaries{
+      5e-6, 1e-5, 2e-5, 5e-5, 1e-4, 2e-4, 5e-4, 1e-3, 2e-3, 5e-3, 1e-2,
+      2e-2, 5e-2, 0.1,  0.2,  0.5,  1,    2,    5,    10,   30};
+  return *buckets;
+}
+
+prometheus::ClientMetric Value(std::vector<prometheus::ClientMetric::Label> labels, double value,
+                               bool counter) {
+  prometheus::ClientMetric metric;
+  metric.label = std::move(labels);
+  (counter ? metric.counter.value : metric.gauge.value) = value;
+  return metric;
+}
+
+prometheus::MetricFamily Family(const std::string& name, const std::string& help,
+                                prometheus::MetricType type,
+                                std::vector<prometheus::ClientMetric> metrics) {
+  prometheus::MetricFamily family;
+  family.name = name;
+  family.help = help;
+  family.type = type;
+  family.metric = std::move(metrics);
+  return family;
+}
+
+void AddStage(v1::StageStatistics* stage, double seconds) {
+  stage->set_count(stage->count() + 1);
+  stage->set_total_seconds(stage->total_seconds() + seconds);
+}
+
+}  // namespace
+
+// Figures owned by the runner and the core, read at scrape time.
+class ServerMetrics::RuntimeCollector : public prometheus::Collectable {
+ public:
+  explicit RuntimeCollector(const InferenceCore* core) : core_(core) {}
+
+  std::vector<prometheus::MetricFamily> Collect() const override {
+    using prometheus::MetricType;
+    const RunnerStats stats = core_->runner().Stats();
+    std::vector<prometheus::ClientMetric> queue, memory_used, memory_total;
+    for (const DeviceStats& d : stats.devices) {
+      queue.push_back(Value({{"gpu", d.device}}, static_cast<double>(d.queued), false));
+      if (d.memory_total_bytes > 0) {
+        memory_used.push_back(Value({{"gpu", d.device}, {"uuid", d.uuid}},
+                                    static_cast<double>(d.memory_used_bytes), false));
+        memory_total.push_back(Value({{"gpu", d.device}, {"uuid", d.uuid}},
+                                     static_cast<double>(d.memory_total_bytes), false));
+      }
+    }
+    std::vector<prometheus::ClientMetric::Label> build = {{"version", kConvServeVersion}};
+    for (const auto& [name, version] : stats.versions) build.push_back({name, version});
+    std::vector<prometheus::MetricFamily> families = {
+        Family("convserve_queue_depth", "Requests waiting for a worker, per GPU (or cpu).",
+               MetricType::Gauge, queue),
+        Family("convserve_plan_cache_hits_total", "Plan lookups answered from the cache.",
+               MetricType::Counter, {Value({}, stats.plans.hits, true)}),
+        Family("convserve_plan_cache_misses_total", "Plan lookups that started a build.",
+               MetricType::Counter, {Value({}, stats.plans.misses, true)}),
+        Family("convserve_plan_cache_evictions_total", "Plans evicted to stay within bounds.",
+               MetricType::Counter, {Value({}, stats.plans.evictions, true)}),
+        Family("convserve_cached_plans", "Plans in the cache.", MetricType::Gauge,
+               {Value({}, stats.plans.entries, false)}),
+        Family("convserve_cached_plan_bytes",
+               "Bytes the cached plans account for (workspaces and descriptors).",
+               MetricType::Gauge, {Value({}, stats.plans.bytes, false)}),
+        Family("convserve_loaded_graphs", "Graphs loaded.", MetricType::Gauge,
+               {Value({}, static_cast<double>(core_->ListGraphs().size()), false)}),
+        Family("convserve_build_info", "Versions of the server and its libraries.",
+               MetricType::Gauge, {Value(build, 1, false)}),
+    };
+    if (!memory_total.empty()) {
+      families.push_back(Family("convserve_gpu_memory_used_bytes", "GPU memory in use.",
+                                MetricType::Gauge, memory_used));
+      families.push_back(Family("convserve_gpu_memory_total_bytes", "GPU memory in all.",
+                                MetricType::Gauge, memory_total));
+    }
+    return families;
+  }
+
+ private:
+  const InferenceCore* const core_;  // outlives the collector (see Create)
+};
+
+ServerMetrics::ServerMetrics(const ServerMetricsOptions& options, const InferenceCore* core)
+    : options_(options),
+      registry_(std::make_shared<prometheus::Registry>()),
+      runtime_(std::make_shared<RuntimeCollector>(core)) {
+  const auto histogram = [&](const char* name, const char* help) {
+    return &prometheus::BuildHistogram().Name(name).Help(help).Register(*registry_);
+  };
+  request_seconds_ = histogram("convserve_request_duration_seconds",
+                               "Server-side time from accepting a request to answering it.");
+  queue_seconds_ = histogram("convserve_queue_duration_seconds",
+                             "Time a request waited for a worker.");
+  plan_build_seconds_ =
+      histogram("convserve_plan_build_duration_seconds", "Time to build one layer's plan.");
+  h2d_seconds_ = histogram("convserve_h2d_duration_seconds",
+                           "Host-to-device copy of the input, staging included.");
+  compute_seconds_ =
+      histogram("convserve_compute_duration_seconds", "All layers of one request.");
+  d2h_seconds_ = histogram("convserve_d2h_duration_seconds",
+                           "Device-to-host copy of the output, staging included.");
+  requests_ = &prometheus::BuildCounter()
+                   .Name("convserve_requests_total")
+                   .Help("Inference requests answered, by gRPC status code.")
+                   .Register(*registry_);
+  plan_builds_ = &prometheus::BuildCounter()
+                      .Name("convserve_plan_builds_total")
+                      .Help("Plan builds by result and path.")
+                      .Register(*registry_);
+  bytes_in_ = &prometheus::BuildCounter()
+                   .Name("convserve_request_bytes_total")
+                   .Help("Input tensor bytes received.")
+                   .Register(*registry_);
+  bytes_out_ = &prometheus::BuildCounter()
+                    .Name("convserve_response_bytes_total")
+                    .Help("Output tensor bytes sent.")
+                    .Register(*registry_);
+  inflight_ = &prometheus::BuildGauge()
+                   .Name("convserve_inflight_requests")
+                   .Help("Inference requests accepted and not yet answered.")
+                   .Register(*registry_)
+                   .Add({});
+}
+
+absl::StatusOr<std::unique_ptr<ServerMetrics>> ServerMetrics::Create(
+    const ServerMetricsOptions& options, const InferenceCore* core) {
+  if (options.max_graph_labels < 1) {
+    return absl::InvalidArgumentError("--max_metric_graphs must be >= 1");
+  }
+  std::unique_ptr<ServerMetrics> metrics(new ServerMetrics(options, core));
+  if (!options.listen_address.empty()) {
+    try {
+      metrics->exposer_ = std::make_unique<prometheus::Exposer>(options.listen_address);
+    } catch (const std::exception& e) {
+      return absl::UnavailableError(absl::StrCat("cannot serve metrics on '",
+                                                 options.listen_address,
+                                                 "' (--metrics_listen): ", e.what()));
+    }
+    metrics->exposer_->RegisterCollectable(metrics->registry_);
+    metrics->exposer_->RegisterCollectable(metrics->runtime_);
+    const std::vector<int> ports = metrics->exposer_->GetListeningPorts();
+    metrics->port_ = ports.empty() ? 0 : ports[0];
+  }
+  return metrics;
+}
+
+ServerMetrics::~ServerMetrics() = default;
+
+std::string ServerMetrics::GraphLabel(const std::string& graph) {
+  absl::MutexLock lock(&mu_);
+  if (labelled_graphs_.contains(graph)) return graph;
+  if (static_cast<int>(labelled_graphs_.size()) < options_.max_graph_labels) {
+    labelled_graphs_.insert(graph);
+    return graph;
+  }
+  return "_other";
+}
+
+void ServerMetrics::RequestFinished(const std::string& graph, const std::string& graph_id,
+                                    const std::string& protocol, absl::StatusCode code,
+                                    double seconds, const InferTimings& t, int64_t bytes_in,
+                                    int64_t bytes_out) {
+  inflight_->Decrement();
+  const std::string label = GraphLabel(graph);
+  const std::string device = t.device.empty() ? "none" : t.device;
+  requests_->Add({{"graph", label}, {"protocol", protocol}, {"code", absl::StatusCodeToString(code)}})
+      .Increment();
+  request_seconds_->Add({{"graph", label}, {"protocol", protocol}}, Buckets()).Observe(seconds);
+  bytes_in_->Add({{"graph", label}}).Increment(static_cast<double>(bytes_in));
+  const bool ran = !t.device.empty();
+  if (ran) {
+    queue_seconds_->Add({{"graph", label}, {"gpu", device}}, Buckets()).Observe(t.queue);
+  }
+  if (code == absl::StatusCode::kOk) {
+    bytes_out_->Add({{"graph", label}}).Increment(static_cast<double>(bytes_out));
+    h2d_seconds_->Add({{"graph", label}, {"gpu", device}}, Buckets()).Observe(t.h2d);
+    compute_seconds_->Add({{"graph", label}, {"gpu", device}}, Buckets()).Observe(t.compute);
+    d2h_seconds_->Add({{"graph", label}, {"gpu", device}}, Buckets()).Observe(t.d2h);
+  }
+  absl::MutexLock lock(&mu_);
+  v1::GraphStatistics& s = statistics_[graph];
+  s.set_name(graph);
+  s.set_id(graph_id);
+  if (code == absl::StatusCode::kOk) {
+    s.set_success_count(s.success_count() + 1);
+    AddStage(s.mutable_request(), seconds);
+    AddStage(s.mutable_queue(), t.queue);
+    AddStage(s.mutable_plan(), t.build);
+    AddStage(s.mutable_h2d(), t.h2d);
+    AddStage(s.mutable_compute(), t.compute);
+    AddStage(s.mutable_d2h(), t.d2h);
+    s.set_bytes_out(s.bytes_out() + bytes_out);
+  } else {
+    s.set_failure_count(s.failure_count() + 1);
+  }
+  s.set_bytes_in(s.bytes_in() + bytes_in);
+}
+
+void ServerMetrics::RequestRejected(const std::string& graph, const std::string& protocol,
+                                    absl::StatusCode code) {
+  requests_->Add({{"graph", graph.empty() ? "_unknown" : GraphLabel(graph)},
+                  {"protocol", protocol},
+                  {"code", absl::StatusCodeToString(code)}})
+      .Increment();
+}
+
+void ServerMetrics::PlanBuilt(const PlanBuildEvent& event) {
+  const prometheus::Labels labels = {
+      {"gpu", event.device}, {"path", event.path}, {"result", event.ok ? "ok" : "error"}};
+  plan_builds_->Add(labels).Increment();
+  plan_build_seconds_->Add(labels, Buckets()).Observe(event.seconds);
+}
+
+v1::GetStatisticsResponse ServerMetrics::Statistics(const std::string& graph) const {
+  v1::GetStatisticsResponse response;
+  absl::MutexLock lock(&mu_);
+  std::vector<std::string> names;
+  for (const auto& [name, stats] : statistics_) {
+    if (graph.empty() || name == graph) names.push_back(name);
+  }
+  std::sort(names.begin(), names.end());
+  for (const std::string& name : names) *response.add_graphs() = statistics_.at(name);
+  return response;
+}
+
+std::string ServerMetrics::Render() const {
+  std::vector<prometheus::MetricFamily> families = registry_->Collect();
+  for (prometheus::MetricFamily& f : runtime_->Collect()) families.push_back(std::move(f));
+  return prometheus::TextSerializer().Serialize(families);
+}
+
+}  // namespace convserve
