@@ -17,6 +17,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/str_split.h"
+#include "tests/test_util/random_tensor.h"
 #include "engine/cudnn/cudnn_backend.h"
 
 ABSL_FLAG(std::string, shapes, "tests/bench/conv_shapes.csv", "shape list");
@@ -47,15 +48,6 @@ std::vector<ConvShape> ReadShapes(const std::string& path) {
     shapes.push_back(s);
   }
   return shapes;
-}
-
-std::string RandomBytes(DType dtype, int64_t count, float scale, std::mt19937_64* rng) {
-  std::uniform_real_distribution<float> uniform(-scale, scale);
-  std::vector<float> values(count);
-  for (float& v : values) v = uniform(*rng);
-  std::string bytes(count * DTypeSize(dtype), '\0');
-  FromFloat(dtype, values.data(), bytes.data(), values.size());
-  return bytes;
 }
 
 int Run() {
@@ -95,8 +87,8 @@ int Run() {
         layer.pad_after = {shape.pad, shape.pad};
         layer.groups = shape.groups;
         const int64_t fan_in = shape.c / shape.groups * shape.r * shape.s;
-        layer.weights = RandomBytes(variant.dtype, shape.k * fan_in, 0.1f, &rng);
-        layer.bias = RandomBytes(variant.dtype, shape.k, 0.1f, &rng);
+        layer.weights = RandomTensor(variant.dtype, shape.k * fan_in, 0.1f, &rng);
+        layer.bias = RandomTensor(variant.dtype, shape.k, 0.1f, &rng);
         layer.activation.kind = ActivationKind::kRelu;
         spec.layers.push_back(layer);
         absl::StatusOr<std::shared_ptr<const Graph>> graph = Graph::Create(spec);
@@ -110,7 +102,7 @@ int Run() {
         }
         auto* executable = static_cast<CudnnExecutable*>(compiled->get());
         // Real data in the input buffer, so timings are not of zeros.
-        const std::string host = RandomBytes(variant.dtype, NumElements(input), 1.0f, &rng);
+        const std::string host = RandomTensor(variant.dtype, NumElements(input), 1.0f, &rng);
         std::string out(NumElements(executable->output_shape()) * DTypeSize(variant.dtype), 0);
         if (!executable
                  ->Run(absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(host.data()),

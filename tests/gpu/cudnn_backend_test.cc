@@ -15,6 +15,7 @@
 #include "engine/cpu/cpu_backend.h"
 #include "engine/cudnn/cudnn_backend.h"
 #include "gtest/gtest.h"
+#include "tests/test_util/random_tensor.h"
 #include "tests/test_util/naive_conv.h"
 
 namespace convserve {
@@ -169,15 +170,6 @@ std::vector<GraphCase> MakeCases() {
   return cases;
 }
 
-std::string RandomBytes(DType dtype, int64_t count, float scale, std::mt19937_64* rng) {
-  std::uniform_real_distribution<float> uniform(-scale, scale);
-  std::vector<float> values(count);
-  for (float& v : values) v = uniform(*rng);
-  std::string bytes(count * DTypeSize(dtype), '\0');
-  FromFloat(dtype, values.data(), bytes.data(), values.size());
-  return bytes;
-}
-
 std::shared_ptr<const Graph> MakeGraph(const GraphCase& c, std::mt19937_64* rng) {
   GraphSpec spec;
   spec.name = "case";
@@ -197,9 +189,9 @@ std::shared_ptr<const Graph> MakeGraph(const GraphCase& c, std::mt19937_64* rng)
     layer.groups = l.groups;
     int64_t fan_in = in_channels / l.groups;
     for (int64_t k : l.kernel) fan_in *= k;
-    layer.weights = RandomBytes(c.dtype, l.out_channels * fan_in,
+    layer.weights = RandomTensor(c.dtype, l.out_channels * fan_in,
                                 std::sqrt(3.0f / static_cast<float>(fan_in)), rng);
-    if (l.bias) layer.bias = RandomBytes(c.dtype, l.out_channels, 0.5f, rng);
+    if (l.bias) layer.bias = RandomTensor(c.dtype, l.out_channels, 0.5f, rng);
     layer.activation = l.activation;
     spec.layers.push_back(layer);
     in_channels = l.out_channels;
@@ -282,7 +274,7 @@ TEST_P(CudnnBackendTest, MatchesCpuReference) {
   Shape input_shape = {c.batch, c.channels};
   const int64_t sizes[] = {5, 12, 13};
   for (int d = 0; d < c.rank; ++d) input_shape.push_back(sizes[3 - c.rank + d]);
-  const std::string input = RandomBytes(c.dtype, NumElements(input_shape), 1.0f, &rng);
+  const std::string input = RandomTensor(c.dtype, NumElements(input_shape), 1.0f, &rng);
   const auto in_span =
       absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(input.data()), input.size());
 

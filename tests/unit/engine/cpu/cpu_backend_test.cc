@@ -20,6 +20,7 @@
 #include "engine/graph.h"
 #include "engine/tensor.h"
 #include "gtest/gtest.h"
+#include "tests/test_util/random_tensor.h"
 #include "tests/test_util/naive_conv.h"
 
 namespace convserve {
@@ -95,16 +96,6 @@ std::unique_ptr<CpuBackend> MakeBackend(int threads) {
   absl::StatusOr<std::unique_ptr<CpuBackend>> backend = CpuBackend::Create(options);
   EXPECT_TRUE(backend.ok()) << backend.status();
   return backend.ok() ? std::move(*backend) : nullptr;
-}
-
-// `count` uniform values in [-scale, scale], encoded in `dtype`.
-std::string RandomTensor(DType dtype, int64_t count, float scale, std::mt19937_64* rng) {
-  std::uniform_real_distribution<float> dist(-scale, scale);
-  std::vector<float> values(count);
-  for (float& v : values) v = dist(*rng);
-  std::string bytes(count * DTypeSize(dtype), '\0');
-  FromFloat(dtype, values.data(), bytes.data(), values.size());
-  return bytes;
 }
 
 // Fills weights (scaled so pre-activations have unit variance, where the
