@@ -9,7 +9,7 @@ PACKAGES=(
   libabsl-dev libssl-dev prometheus-cpp-dev libspdlog-dev libfmt-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-grpcio python3-protobuf
-  prometheus curl
+  prometheus curl python3-yaml yamllint docker-compose
 )
 
 missing=()
