@@ -3,11 +3,26 @@
 add_library(convserve_client STATIC
   client/convserve_client.cc
   client/graph_file.cc
+  client/infer_request_sender.cc
+  client/server_pool.cc
   client/tensor_summary.cc)
 target_include_directories(convserve_client PUBLIC ${CMAKE_CURRENT_SOURCE_DIR})
 target_link_libraries(convserve_client PUBLIC
   convserve_proto convserve_tensor gRPC::grpc++ absl::status absl::statusor absl::strings)
 
+# The load generator as a library, so tests drive it in-process. It links the
+# engine's CPU backend (not the server) for --verify's reference outputs.
+add_library(convserve_load_lib STATIC
+  client/load_generator.cc
+  client/load_level.cc
+  client/load_options.cc
+  client/load_report.cc
+  client/load_session.cc
+  client/output_verifier.cc
+  client/reference_graph.cc
+  client/server_breakdown.cc)
+target_link_libraries(convserve_load_lib PUBLIC
+  convserve_client convserve_engine absl::str_format absl::synchronization absl::time)
+
 add_executable(convserve-load client/load_main.cc)
-target_link_libraries(convserve-load PRIVATE convserve_client absl::flags absl::flags_parse
-  absl::time)
+target_link_libraries(convserve-load PRIVATE convserve_load_lib absl::flags absl::flags_parse)

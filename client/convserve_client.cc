@@ -3,18 +3,25 @@
 #include <grpcpp/create_channel.h>
 #include <grpcpp/security/credentials.h>
 
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
 namespace convserve {
 
 absl::Status FromGrpcStatus(const grpc::Status& status) {
   if (status.ok()) return absl::OkStatus();
-  return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
-                      status.error_message());
+  return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
 }
 
 ConvServeClient::ConvServeClient(const ClientOptions& options) : options_(options) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(options.max_message_bytes);
   args.SetMaxSendMessageSize(options.max_message_bytes);
+  if (!options.load_balancing_policy.empty()) {
+    args.SetServiceConfigJSON(
+        absl::StrCat(R"({"loadBalancingConfig":[{")", options.load_balancing_policy, R"(":{}}]})"));
+  }
   channel_ = grpc::CreateCustomChannel(options.address, grpc::InsecureChannelCredentials(), args);
   convserve_ = v1::ConvServe::NewStub(channel_);
   kserve_ = inference::GRPCInferenceService::NewStub(channel_);
@@ -73,6 +80,17 @@ absl::StatusOr<v1::InferResponse> ConvServeClient::Infer(const v1::InferRequest&
   return response;
 }
 
+absl::StatusOr<v1::GetStatisticsResponse> ConvServeClient::GetStatistics(const std::string& graph) {
+  grpc::ClientContext context;
+  Prepare(&context);
+  v1::GetStatisticsRequest request;
+  request.set_graph(graph);
+  v1::GetStatisticsResponse response;
+  grpc::Status status = convserve_->GetStatistics(&context, request, &response);
+  if (!status.ok()) return FromGrpcStatus(status);
+  return response;
+}
+
 absl::StatusOr<bool> ConvServeClient::ServerLive() {
   grpc::ClientContext context;
   Prepare(&context);
@@ -102,6 +120,19 @@ absl::StatusOr<inference::ModelInferResponse> ConvServeClient::ModelInfer(
   grpc::Status status = kserve_->ModelInfer(&context, request, &response);
   if (!status.ok()) return FromGrpcStatus(status);
   return response;
+}
+
+void ConvServeClient::InferAsync(grpc::ClientContext* context, const v1::InferRequest* request,
+                                 v1::InferResponse* response,
+                                 std::function<void(grpc::Status)> done) {
+  convserve_->async()->Infer(context, request, response, std::move(done));
+}
+
+void ConvServeClient::ModelInferAsync(grpc::ClientContext* context,
+                                      const inference::ModelInferRequest* request,
+                                      inference::ModelInferResponse* response,
+                                      std::function<void(grpc::Status)> done) {
+  kserve_->async()->ModelInfer(context, request, response, std::move(done));
 }
 
 }  // namespace convserve

@@ -7,6 +7,7 @@
 #include <grpcpp/channel.h>
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -17,8 +18,12 @@
 namespace convserve {
 
 struct ClientOptions {
-  // host:port of the server.
+  // A gRPC target: host:port, or a resolver URI such as dns:///name:port.
   std::string address = "localhost:8001";
+  // Client-side load balancing across the addresses the target resolves to,
+  // e.g. "round_robin"; empty keeps gRPC's default (pick_first). Set through
+  // the channel's default service config.
+  std::string load_balancing_policy;
   // Largest message sent or received.
   int max_message_bytes = 256 << 20;
   // Deadline of each call.
@@ -34,11 +39,25 @@ class ConvServeClient {
   absl::StatusOr<v1::ListGraphsResponse> ListGraphs();
   absl::StatusOr<v1::GraphInfo> GetGraph(const std::string& graph);
   absl::StatusOr<v1::InferResponse> Infer(const v1::InferRequest& request);
+  // Cumulative per-graph statistics; `graph` empty for every graph.
+  absl::StatusOr<v1::GetStatisticsResponse> GetStatistics(const std::string& graph);
 
   absl::StatusOr<bool> ServerLive();
   absl::StatusOr<inference::ModelMetadataResponse> ModelMetadata(const std::string& model);
   absl::StatusOr<inference::ModelInferResponse> ModelInfer(
       const inference::ModelInferRequest& request);
+
+  // Non-blocking Infer / ModelInfer on gRPC's callback API: `done` runs once,
+  // on a gRPC thread, when the call ends. `context` (with its deadline
+  // already set by the caller), `request` and `response` must stay alive
+  // until then.
+  void InferAsync(grpc::ClientContext* context, const v1::InferRequest* request,
+                  v1::InferResponse* response, std::function<void(grpc::Status)> done);
+  void ModelInferAsync(grpc::ClientContext* context, const inference::ModelInferRequest* request,
+                       inference::ModelInferResponse* response,
+                       std::function<void(grpc::Status)> done);
+
+  const ClientOptions& options() const { return options_; }
 
  private:
   void Prepare(grpc::ClientContext* context) const;

@@ -1,25 +1,30 @@
-// convserve-load: loads a graph from a text file (weights from a seed when the
-// file has none), sends inference requests and prints an output summary and
-// latencies. The full load generator (sweeps, open loop) builds on this.
-#include <algorithm>
+// convserve-load: loads a graph (weights from a seed when the file has none)
+// on one or more servers and sends inference requests. Without a load mode
+// it sends --requests one after another and prints a summary of the first
+// output and the latencies; with --concurrency_range (closed loop) or
+// --request_rate (open loop) it measures throughput and latency per level
+// like perf_analyzer. docs/load-generator.md describes every flag.
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdio>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
-#include "absl/strings/numbers.h"
-#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/str_split.h"
-#include "client/convserve_client.h"
+#include "absl/time/time.h"
 #include "client/graph_file.h"
+#include "client/load_generator.h"
+#include "client/load_report.h"
+#include "client/load_session.h"
 #include "client/tensor_summary.h"
 
-ABSL_FLAG(std::string, server, "localhost:8001", "server address host:port");
+ABSL_FLAG(std::string, server, "localhost:8001",
+          "host:port, a comma-separated list (requests round-robin), or a gRPC target such as "
+          "dns:///name:port (round_robin over what it resolves to)");
 ABSL_FLAG(std::string, graph_file, "",
           "graph definition to load (protobuf text format, or JSON if it ends in .json)");
 ABSL_FLAG(std::string, graph, "", "an already loaded graph to use (name or id)");
@@ -27,176 +32,235 @@ ABSL_FLAG(uint64_t, seed, 1, "seed for weights the graph file leaves empty");
 ABSL_FLAG(bool, fill_bias, true, "also fill empty biases from --seed");
 ABSL_FLAG(std::string, input_shape, "",
           "logical input dims N,C,H,W (N,C,D,H,W for 3-D); default 1,C,32,32");
+ABSL_FLAG(int64_t, batch, 0, "when > 0, the batch size N (replaces N of --input_shape)");
 ABSL_FLAG(uint64_t, input_seed, 7, "seed of the random input tensor");
 ABSL_FLAG(std::string, input_file, "", "raw input bytes instead of a random tensor");
 ABSL_FLAG(std::string, save_input, "", "write the input bytes sent to this file");
 ABSL_FLAG(std::string, save_output, "", "write the first response's output bytes to this file");
-ABSL_FLAG(std::string, protocol, "convserve", "convserve (convserve.v1.Infer) or kserve (ModelInfer)");
-ABSL_FLAG(int, requests, 1, "inference requests to send, one after another");
+ABSL_FLAG(std::string, protocol, "convserve",
+          "convserve (convserve.v1.Infer) or kserve (ModelInfer)");
+ABSL_FLAG(int, requests, 1, "without a load mode: requests to send, one after another");
 ABSL_FLAG(bool, unload, false, "unload the graph at the end");
 ABSL_FLAG(double, wait_for_server, 0,
           "seconds to wait for the server to answer ServerLive before starting (0: no wait)");
+ABSL_FLAG(absl::Duration, timeout, absl::Seconds(30), "deadline of each request");
+ABSL_FLAG(std::string, concurrency_range, "",
+          "closed loop: requests in flight, start:end:step (1:64:x2, 1:8:+1) or one value");
+ABSL_FLAG(std::string, request_rate, "",
+          "open loop: requests per second, start:end:step or one value");
+ABSL_FLAG(std::string, arrival, "constant", "open loop send spacing: constant or poisson");
+ABSL_FLAG(uint64_t, arrival_seed, 1, "seed of the Poisson arrival schedule");
+ABSL_FLAG(absl::Duration, warmup, absl::Seconds(1), "load before the first window, not measured");
+ABSL_FLAG(absl::Duration, window, absl::Seconds(5), "length of a measurement window");
+ABSL_FLAG(int64_t, window_requests, 0, "when > 0, windows of this many requests instead");
+ABSL_FLAG(double, stability_percent, 10,
+          "stable when the last --stable_windows windows' throughput and p99 are within this %");
+ABSL_FLAG(int, stable_windows, 3, "windows that must agree");
+ABSL_FLAG(int, max_windows, 10, "windows per level at most");
+ABSL_FLAG(bool, verify, false,
+          "check outputs against the CPU reference (needs --graph_file); mismatches fail the run");
+ABSL_FLAG(int, verify_every, 10, "with --verify: check every n-th response (and the first)");
+ABSL_FLAG(double, max_error_ratio, 0, "fail when more than this fraction of requests fail");
+ABSL_FLAG(std::string, csv, "", "write one CSV row per level to this file");
+ABSL_FLAG(std::string, json, "", "write the whole result as JSON to this file");
+ABSL_FLAG(bool, progress, false, "print a progress line to stderr (default: when it is a TTY)");
 
 namespace convserve {
 namespace {
 
+// Exit codes (docs/load-generator.md).
+constexpr int kExitSetup = 1;
+constexpr int kExitErrorRatio = 2;
+constexpr int kExitVerify = 3;
+
 int Fail(const std::string& what, const absl::Status& status) {
   std::fprintf(stderr, "convserve-load: %s: %s\n", what.c_str(), status.ToString().c_str());
-  return 1;
+  return kExitSetup;
 }
 
-absl::StatusOr<std::vector<int64_t>> ParseShape(const std::string& text) {
-  std::vector<int64_t> shape;
-  for (absl::string_view part : absl::StrSplit(text, ',')) {
-    int64_t d;
-    if (!absl::SimpleAtoi(part, &d)) {
-      return absl::InvalidArgumentError(absl::StrCat("--input_shape '", text,
-                                                     "' is not a comma-separated list of ints"));
-    }
-    shape.push_back(d);
+void Print(const std::string& line) { std::printf("%s\n", line.c_str()); }
+
+absl::StatusOr<LoadSessionOptions> SessionOptionsFromFlags() {
+  LoadSessionOptions options;
+  options.servers = absl::GetFlag(FLAGS_server);
+  options.graph_file = absl::GetFlag(FLAGS_graph_file);
+  options.graph = absl::GetFlag(FLAGS_graph);
+  options.seed = absl::GetFlag(FLAGS_seed);
+  options.fill_bias = absl::GetFlag(FLAGS_fill_bias);
+  if (!absl::GetFlag(FLAGS_input_shape).empty()) {
+    absl::StatusOr<std::vector<int64_t>> shape = ParseShape(absl::GetFlag(FLAGS_input_shape));
+    if (!shape.ok()) return shape.status();
+    options.input_shape = *shape;
   }
-  return shape;
+  options.batch = absl::GetFlag(FLAGS_batch);
+  options.input_seed = absl::GetFlag(FLAGS_input_seed);
+  options.input_file = absl::GetFlag(FLAGS_input_file);
+  absl::StatusOr<Protocol> protocol = ParseProtocol(absl::GetFlag(FLAGS_protocol));
+  if (!protocol.ok()) return protocol.status();
+  options.protocol = *protocol;
+  options.timeout = absl::GetFlag(FLAGS_timeout);
+  options.wait_for_server = absl::Seconds(absl::GetFlag(FLAGS_wait_for_server));
+  options.verify = absl::GetFlag(FLAGS_verify);
+  return options;
 }
 
-// Logical N, C, ... -> the dims in byte order, as KServe expects.
-std::vector<int64_t> PhysicalDims(const std::vector<int64_t>& logical, v1::Layout layout) {
-  if (layout != v1::NHWC && layout != v1::NDHWC) return logical;
-  std::vector<int64_t> physical = {logical[0]};
-  physical.insert(physical.end(), logical.begin() + 2, logical.end());
-  physical.push_back(logical[1]);
-  return physical;
-}
-
-std::string KServeType(v1::DataType type) {
-  return type == v1::FLOAT16 ? "FP16" : type == v1::BFLOAT16 ? "BF16" : "FP32";
-}
-
-int Run() {
-  ClientOptions options;
-  options.address = absl::GetFlag(FLAGS_server);
-  ConvServeClient client(options);
-  const double wait_seconds = absl::GetFlag(FLAGS_wait_for_server);
-  if (wait_seconds > 0) {
-    const auto deadline = std::chrono::steady_clock::now() +
-                          std::chrono::milliseconds(static_cast<int64_t>(wait_seconds * 1000));
-    absl::StatusOr<bool> live = client.ServerLive();
-    while (!(live.ok() && *live) && std::chrono::steady_clock::now() < deadline) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      live = client.ServerLive();
-    }
-    if (!live.ok()) return Fail("waiting for the server", live.status());
+absl::StatusOr<LoadOptions> LoadOptionsFromFlags() {
+  LoadOptions options;
+  const std::string concurrency = absl::GetFlag(FLAGS_concurrency_range);
+  const std::string rate = absl::GetFlag(FLAGS_request_rate);
+  if (!concurrency.empty() && !rate.empty()) {
+    return absl::InvalidArgumentError("give one of --concurrency_range, --request_rate");
   }
-
-  std::string graph_ref = absl::GetFlag(FLAGS_graph);
-  const std::string graph_file = absl::GetFlag(FLAGS_graph_file);
-  if (graph_ref.empty() == graph_file.empty()) {
-    return Fail("usage", absl::InvalidArgumentError("give exactly one of --graph_file, --graph"));
-  }
-  if (!graph_file.empty()) {
-    absl::StatusOr<v1::GraphDef> graph = ReadGraphFile(graph_file);
-    if (!graph.ok()) return Fail("reading the graph", graph.status());
-    absl::Status filled =
-        FillParameters(absl::GetFlag(FLAGS_seed), absl::GetFlag(FLAGS_fill_bias), &*graph);
-    if (!filled.ok()) return Fail("filling parameters", filled);
-    absl::StatusOr<v1::LoadGraphResponse> loaded = client.LoadGraph(*graph);
-    if (!loaded.ok()) return Fail("LoadGraph", loaded.status());
-    std::printf("loaded graph '%s' id=%s%s\n", graph->name().c_str(), loaded->graph_id().c_str(),
-                loaded->already_loaded() ? " (already loaded)" : "");
-    graph_ref = graph->name();
-  }
-  absl::StatusOr<v1::GraphInfo> info = client.GetGraph(graph_ref);
-  if (!info.ok()) return Fail("GetGraph", info.status());
-  const v1::GraphDef& def = info->definition();
-
-  std::vector<int64_t> shape;
-  if (absl::GetFlag(FLAGS_input_shape).empty()) {
-    shape = {1, def.input_channels()};
-    shape.resize(2 + def.spatial_rank(), 32);
+  if (!concurrency.empty()) {
+    absl::StatusOr<std::vector<int>> levels = ParseIntRange(concurrency, "concurrency_range");
+    if (!levels.ok()) return levels.status();
+    options.concurrency = *levels;
   } else {
-    absl::StatusOr<std::vector<int64_t>> parsed = ParseShape(absl::GetFlag(FLAGS_input_shape));
-    if (!parsed.ok()) return Fail("usage", parsed.status());
-    shape = *parsed;
+    absl::StatusOr<std::vector<double>> levels = ParseRange(rate, "request_rate");
+    if (!levels.ok()) return levels.status();
+    options.mode = LoadMode::kOpenLoop;
+    options.request_rates = *levels;
   }
-  int64_t count = 1;
-  for (int64_t d : shape) count *= d;
-  std::string input;
-  if (!absl::GetFlag(FLAGS_input_file).empty()) {
-    absl::StatusOr<std::string> bytes = ReadFileBytes(absl::GetFlag(FLAGS_input_file));
-    if (!bytes.ok()) return Fail("reading --input_file", bytes.status());
-    input = *std::move(bytes);
-  } else {
-    input = RandomTensorBytes(def.data_type(), count, absl::GetFlag(FLAGS_input_seed));
+  absl::StatusOr<Arrival> arrival = ParseArrival(absl::GetFlag(FLAGS_arrival));
+  if (!arrival.ok()) return arrival.status();
+  options.arrival = *arrival;
+  options.arrival_seed = absl::GetFlag(FLAGS_arrival_seed);
+  options.measurement.warmup = absl::GetFlag(FLAGS_warmup);
+  options.measurement.window = absl::GetFlag(FLAGS_window);
+  options.measurement.window_requests = absl::GetFlag(FLAGS_window_requests);
+  options.measurement.stability_percent = absl::GetFlag(FLAGS_stability_percent);
+  options.measurement.stable_windows = absl::GetFlag(FLAGS_stable_windows);
+  options.measurement.max_windows = absl::GetFlag(FLAGS_max_windows);
+  options.verify_every = absl::GetFlag(FLAGS_verify_every);
+  const bool tty = isatty(STDERR_FILENO) != 0;
+  if (tty || absl::GetFlag(FLAGS_progress)) {
+    options.progress = [tty](const std::string& line) {
+      // On a terminal the line is rewritten in place; in a log, appended.
+      std::fprintf(stderr, tty ? "\r\033[K%s" : "%s\n", line.c_str());
+      std::fflush(stderr);
+    };
   }
-  if (!absl::GetFlag(FLAGS_save_input).empty()) {
-    absl::Status saved = WriteFileBytes(absl::GetFlag(FLAGS_save_input), input);
-    if (!saved.ok()) return Fail("--save_input", saved);
-  }
+  absl::Status valid = ValidateLoadOptions(options);
+  if (!valid.ok()) return valid;
+  return options;
+}
 
-  const std::string protocol = absl::GetFlag(FLAGS_protocol);
-  if (protocol != "convserve" && protocol != "kserve") {
-    return Fail("usage", absl::InvalidArgumentError("--protocol must be convserve or kserve"));
+// The first request: its output summary line is part of every run's output
+// (tests/integration/python_client_test.py reads it). A failure ends a
+// sequential run; a load run counts it and goes on (--max_error_ratio judges).
+int Probe(LoadSession& session, bool load_mode, double* latency_ms) {
+  const auto start = std::chrono::steady_clock::now();
+  absl::StatusOr<InferOutput> output = session.Send();
+  *latency_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  if (!output.ok()) {
+    const char* call = session.protocol() == Protocol::kKServe ? "ModelInfer" : "Infer";
+    if (!load_mode) return Fail(call, output.status());
+    std::fprintf(stderr, "convserve-load: the first %s failed: %s\n", call,
+                 output.status().ToString().c_str());
+    return 0;
   }
-  v1::InferRequest request;
-  request.set_graph(graph_ref);
-  for (int64_t d : shape) request.mutable_input()->add_shape(d);
-  request.mutable_input()->set_data(input);
-  inference::ModelInferRequest kserve_request;
-  kserve_request.set_model_name(def.name());
-  auto* tensor = kserve_request.add_inputs();
-  tensor->set_name("input");
-  tensor->set_datatype(KServeType(def.data_type()));
-  for (int64_t d : PhysicalDims(shape, def.layout())) tensor->add_shape(d);
-  kserve_request.add_raw_input_contents(input);
+  const v1::DataType type = session.input().definition.data_type();
+  Print("output " + FormatSummary(output->shape, type, Summarize(type, output->bytes)));
+  if (!absl::GetFlag(FLAGS_save_output).empty()) {
+    absl::Status saved = WriteFileBytes(absl::GetFlag(FLAGS_save_output), output->bytes);
+    if (!saved.ok()) return Fail("--save_output", saved);
+  }
+  if (session.verifier() != nullptr) session.verifier()->Check(output->bytes);
+  return 0;
+}
 
-  std::printf("input  [%s] %s %s, %zu bytes\n", absl::StrJoin(shape, ", ").c_str(),
-              v1::DataType_Name(def.data_type()).c_str(), v1::Layout_Name(def.layout()).c_str(),
-              input.size());
-  std::vector<double> latencies_ms;
-  for (int i = 0; i < std::max(1, absl::GetFlag(FLAGS_requests)); ++i) {
+// --requests one after another, as the tool did before it had load modes.
+int RunSequential(LoadSession& session, double first_ms) {
+  std::vector<double> latencies_ms = {first_ms};
+  for (int i = 1; i < absl::GetFlag(FLAGS_requests); ++i) {
     const auto start = std::chrono::steady_clock::now();
-    std::vector<int64_t> out_shape;
-    std::string out_bytes;
-    if (protocol == "convserve") {
-      absl::StatusOr<v1::InferResponse> response = client.Infer(request);
-      if (!response.ok()) return Fail("Infer", response.status());
-      out_shape.assign(response->output().shape().begin(), response->output().shape().end());
-      out_bytes = std::move(*response->mutable_output()->mutable_data());
-    } else {
-      absl::StatusOr<inference::ModelInferResponse> response = client.ModelInfer(kserve_request);
-      if (!response.ok()) return Fail("ModelInfer", response.status());
-      if (response->outputs_size() != 1 || response->raw_output_contents_size() != 1) {
-        return Fail("ModelInfer", absl::InternalError("response lacks its one output"));
-      }
-      out_shape.assign(response->outputs(0).shape().begin(), response->outputs(0).shape().end());
-      out_bytes = std::move(*response->mutable_raw_output_contents(0));
-    }
+    absl::StatusOr<InferOutput> output = session.Send();
+    if (!output.ok()) return Fail("request " + std::to_string(i + 1), output.status());
     latencies_ms.push_back(
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
             .count());
-    if (i == 0) {
-      std::printf("output %s\n",
-                  FormatSummary(out_shape, def.data_type(), Summarize(def.data_type(), out_bytes))
-                      .c_str());
-      if (!absl::GetFlag(FLAGS_save_output).empty()) {
-        absl::Status saved = WriteFileBytes(absl::GetFlag(FLAGS_save_output), out_bytes);
-        if (!saved.ok()) return Fail("--save_output", saved);
-      }
+    if (session.verifier() != nullptr && i % absl::GetFlag(FLAGS_verify_every) == 0) {
+      session.verifier()->Check(output->bytes);
     }
   }
-  std::sort(latencies_ms.begin(), latencies_ms.end());
-  const auto at = [&](double q) {
-    return latencies_ms[std::min(latencies_ms.size() - 1,
-                                 static_cast<size_t>(q * latencies_ms.size()))];
-  };
+  const LatencySummary l = SummarizeLatencies(latencies_ms);
   std::printf("%zu requests (%s): latency ms min=%.3f p50=%.3f p99=%.3f max=%.3f\n",
-              latencies_ms.size(), protocol.c_str(), latencies_ms.front(), at(0.5), at(0.99),
-              latencies_ms.back());
-  if (absl::GetFlag(FLAGS_unload)) {
-    absl::Status unloaded = client.UnloadGraph(graph_ref);
-    if (!unloaded.ok()) return Fail("UnloadGraph", unloaded);
-    std::printf("unloaded '%s'\n", graph_ref.c_str());
-  }
+              latencies_ms.size(), ProtocolName(session.protocol()), l.min_ms, l.p50_ms, l.p99_ms,
+              l.max_ms);
   return 0;
+}
+
+int Run() {
+  const bool load_mode =
+      !absl::GetFlag(FLAGS_concurrency_range).empty() || !absl::GetFlag(FLAGS_request_rate).empty();
+  if (!load_mode && (!absl::GetFlag(FLAGS_csv).empty() || !absl::GetFlag(FLAGS_json).empty())) {
+    return Fail("usage", absl::InvalidArgumentError(
+                             "--csv and --json need --concurrency_range or --request_rate"));
+  }
+  absl::StatusOr<LoadSessionOptions> session_options = SessionOptionsFromFlags();
+  if (!session_options.ok()) return Fail("usage", session_options.status());
+  absl::StatusOr<LoadOptions> load_options;
+  if (load_mode) {
+    load_options = LoadOptionsFromFlags();
+    if (!load_options.ok()) return Fail("usage", load_options.status());
+  }
+  absl::StatusOr<std::unique_ptr<LoadSession>> created =
+      LoadSession::Create(*session_options, Print);
+  if (!created.ok()) return Fail("setup", created.status());
+  LoadSession& session = **created;
+  const InferInput& input = session.input();
+  if (!absl::GetFlag(FLAGS_save_input).empty()) {
+    absl::Status saved = WriteFileBytes(absl::GetFlag(FLAGS_save_input), input.bytes);
+    if (!saved.ok()) return Fail("--save_input", saved);
+  }
+  std::printf("input  [%s] %s %s, %zu bytes\n", absl::StrJoin(input.shape, ", ").c_str(),
+              v1::DataType_Name(input.definition.data_type()).c_str(),
+              v1::Layout_Name(input.definition.layout()).c_str(), input.bytes.size());
+
+  double first_ms = 0;
+  if (int failed = Probe(session, load_mode, &first_ms); failed != 0) return failed;
+  int exit_code = 0;
+  if (!load_mode) {
+    exit_code = RunSequential(session, first_ms);
+  } else {
+    absl::StatusOr<RunResult> result = RunLoad(session, *load_options);
+    // Clears the progress line on a terminal.
+    if (load_options->progress && isatty(STDERR_FILENO)) std::fputs("\r\033[K", stderr);
+    if (!result.ok()) return Fail("load", result.status());
+    std::printf("\n%s", FormatReport(*result).c_str());
+    for (const auto& [path, text] :
+         {std::make_pair(absl::GetFlag(FLAGS_csv), ReportCsv(*result)),
+          std::make_pair(absl::GetFlag(FLAGS_json), ReportJson(*result))}) {
+      if (path.empty()) continue;
+      absl::Status written = WriteFileBytes(path, text);
+      if (!written.ok()) return Fail("writing " + path, written);
+    }
+    const double ratio = ErrorRatio(result->totals);
+    if (ratio > absl::GetFlag(FLAGS_max_error_ratio)) {
+      std::fprintf(stderr, "convserve-load: error ratio %.4g exceeds --max_error_ratio=%g\n", ratio,
+                   absl::GetFlag(FLAGS_max_error_ratio));
+      exit_code = kExitErrorRatio;
+    }
+  }
+  if (session.verifier() != nullptr) {
+    const VerifyResult v = session.verifier()->result();
+    if (!load_mode) {
+      std::printf("verify: %lld outputs checked, %lld mismatches, max relative L2 %.3g\n",
+                  static_cast<long long>(v.checked), static_cast<long long>(v.mismatches),
+                  v.max_rel_l2);
+    }
+    if (v.mismatches > 0) {
+      std::fprintf(stderr, "convserve-load: verification FAILED: %s\n", v.first_problem.c_str());
+      exit_code = kExitVerify;
+    }
+  }
+  if (absl::GetFlag(FLAGS_unload)) {
+    absl::Status unloaded = session.Unload();
+    if (!unloaded.ok()) return Fail("UnloadGraph", unloaded);
+    std::printf("unloaded '%s'\n", input.graph.c_str());
+  }
+  return exit_code;
 }
 
 }  // namespace
@@ -204,9 +268,10 @@ int Run() {
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
-      "convserve-load: load a graph and send inference requests.\n"
+      "convserve-load: load a graph and send inference requests, or measure a server.\n"
       "  convserve-load --server=localhost:8001 "
-      "--graph_file=deploy/examples/resnet_block.textproto --input_shape=1,16,32,32");
+      "--graph_file=deploy/examples/resnet_block.textproto --input_shape=1,3,64,64 "
+      "--concurrency_range=1:8:x2");
   absl::ParseCommandLine(argc, argv);
   return convserve::Run();
 }

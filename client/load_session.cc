@@ -1,0 +1,221 @@
+#include "client/load_session.h"
+
+#include <chrono>
+#include <thread>
+#include <utility>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "client/graph_file.h"
+
+namespace convserve {
+namespace {
+
+absl::Status Annotate(const std::string& what, const absl::Status& status) {
+  return absl::Status(status.code(), absl::StrCat(what, ": ", status.message()));
+}
+
+// Polls ServerLive until it answers true or `wait` has passed.
+absl::Status WaitForServer(ConvServeClient& client, absl::Duration wait) {
+  const auto deadline = std::chrono::steady_clock::now() + absl::ToChronoNanoseconds(wait);
+  absl::StatusOr<bool> live = client.ServerLive();
+  while (!(live.ok() && *live) && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    live = client.ServerLive();
+  }
+  if (!live.ok()) return Annotate("waiting for " + client.options().address, live.status());
+  return absl::OkStatus();
+}
+
+// One client per server for admin calls (LoadGraph, GetStatistics). A
+// balanced channel reaches one of its backends per call, so for a resolver
+// target each address it resolves to now gets a channel of its own.
+absl::Status AdminClients(const ServerPool& pool, const ClientOptions& base,
+                          std::vector<std::unique_ptr<ConvServeClient>>* own,
+                          std::vector<ConvServeClient*>* servers) {
+  if (!pool.balanced()) {
+    for (const auto& client : pool.clients()) servers->push_back(client.get());
+    return absl::OkStatus();
+  }
+  absl::StatusOr<std::vector<std::string>> addresses = pool.ResolveServers();
+  if (!addresses.ok()) return Annotate("resolving --server", addresses.status());
+  for (const std::string& address : *addresses) {
+    ClientOptions options = base;
+    options.address = address;
+    own->push_back(std::make_unique<ConvServeClient>(options));
+    servers->push_back(own->back().get());
+  }
+  return absl::OkStatus();
+}
+
+// Loads the graph on every server. Behind a balanced target an address that
+// does not take it is dropped from `servers` (the balancer skips what it
+// cannot reach too), as long as one took it.
+absl::Status LoadOnEveryServer(const ServerPool& pool, const v1::GraphDef& graph,
+                               const std::function<void(const std::string&)>& log,
+                               std::vector<ConvServeClient*>* servers) {
+  const bool several = servers->size() > 1 || pool.balanced();
+  std::vector<ConvServeClient*> loaded;
+  for (ConvServeClient* client : *servers) {
+    absl::StatusOr<v1::LoadGraphResponse> response = client->LoadGraph(graph);
+    if (!response.ok()) {
+      if (!pool.balanced()) return Annotate("LoadGraph", response.status());
+      log(absl::StrCat("could not load graph '", graph.name(), "' on ", client->options().address,
+                       ": ", response.status().ToString()));
+      continue;
+    }
+    loaded.push_back(client);
+    log(absl::StrCat("loaded graph '", graph.name(), "' id=", response->graph_id(),
+                     response->already_loaded() ? " (already loaded)" : "",
+                     several ? " on " + client->options().address : ""));
+  }
+  if (loaded.empty()) {
+    return absl::UnavailableError(
+        absl::StrCat("LoadGraph: no server behind '", pool.targets().front(), "' took the graph"));
+  }
+  *servers = std::move(loaded);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<int64_t>> ParseShape(const std::string& text) {
+  std::vector<int64_t> shape;
+  for (absl::string_view part : absl::StrSplit(text, ',')) {
+    int64_t d;
+    if (!absl::SimpleAtoi(part, &d)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--input_shape '", text, "' is not a comma-separated list of ints"));
+    }
+    shape.push_back(d);
+  }
+  return shape;
+}
+
+absl::StatusOr<std::unique_ptr<LoadSession>> LoadSession::Create(
+    const LoadSessionOptions& options, const std::function<void(const std::string&)>& log) {
+  if (options.graph.empty() == options.graph_file.empty()) {
+    return absl::InvalidArgumentError("give exactly one of --graph_file, --graph");
+  }
+  if (options.verify && options.graph_file.empty()) {
+    return absl::InvalidArgumentError(
+        "--verify needs --graph_file: the server does not return a graph's weights");
+  }
+  ClientOptions client_options;
+  client_options.timeout = absl::ToChronoMilliseconds(options.timeout);
+  absl::StatusOr<std::unique_ptr<ServerPool>> pool =
+      ServerPool::Create(options.servers, client_options);
+  if (!pool.ok()) return pool.status();
+  if (options.wait_for_server > absl::ZeroDuration()) {
+    for (const auto& client : (*pool)->clients()) {
+      absl::Status live = WaitForServer(*client, options.wait_for_server);
+      if (!live.ok()) return live;
+    }
+  }
+
+  std::vector<std::unique_ptr<ConvServeClient>> own_servers;
+  std::vector<ConvServeClient*> servers;
+  absl::Status listed = AdminClients(**pool, client_options, &own_servers, &servers);
+  if (!listed.ok()) return listed;
+
+  InferInput input;
+  input.graph = options.graph;
+  v1::GraphDef loaded;
+  if (!options.graph_file.empty()) {
+    absl::StatusOr<v1::GraphDef> graph = ReadGraphFile(options.graph_file);
+    if (!graph.ok()) return Annotate("reading the graph", graph.status());
+    absl::Status filled = FillParameters(options.seed, options.fill_bias, &*graph);
+    if (!filled.ok()) return Annotate("filling parameters", filled);
+    absl::Status loaded_all = LoadOnEveryServer(**pool, *graph, log, &servers);
+    if (!loaded_all.ok()) return loaded_all;
+    input.graph = graph->name();
+    loaded = *std::move(graph);
+  }
+  absl::StatusOr<v1::GraphInfo> info = (*pool)->clients().front()->GetGraph(input.graph);
+  if (!info.ok()) return Annotate("GetGraph", info.status());
+  input.definition = info->definition();
+
+  const v1::GraphDef& def = input.definition;
+  if (options.input_shape.empty()) {
+    input.shape = {1, def.input_channels()};
+    input.shape.resize(2 + def.spatial_rank(), 32);
+  } else {
+    input.shape = options.input_shape;
+  }
+  if (options.batch > 0 && !input.shape.empty()) input.shape[0] = options.batch;
+  int64_t count = 1;
+  for (int64_t d : input.shape) count *= d;
+  if (!options.input_file.empty()) {
+    absl::StatusOr<std::string> bytes = ReadFileBytes(options.input_file);
+    if (!bytes.ok()) return Annotate("reading --input_file", bytes.status());
+    input.bytes = *std::move(bytes);
+  } else {
+    input.bytes = RandomTensorBytes(def.data_type(), count, options.input_seed);
+  }
+
+  std::unique_ptr<OutputVerifier> verifier;
+  if (options.verify) {
+    absl::StatusOr<std::unique_ptr<OutputVerifier>> created =
+        OutputVerifier::Create(loaded, input.shape, input.bytes);
+    if (!created.ok()) return Annotate("computing the reference output", created.status());
+    verifier = *std::move(created);
+  }
+  return std::unique_ptr<LoadSession>(new LoadSession(*std::move(pool), std::move(own_servers),
+                                                      std::move(servers), std::move(input),
+                                                      options.protocol, std::move(verifier)));
+}
+
+LoadSession::LoadSession(std::unique_ptr<ServerPool> pool,
+                         std::vector<std::unique_ptr<ConvServeClient>> own_servers,
+                         std::vector<ConvServeClient*> servers, InferInput input, Protocol protocol,
+                         std::unique_ptr<OutputVerifier> verifier)
+    : pool_(std::move(pool)),
+      own_servers_(std::move(own_servers)),
+      servers_(std::move(servers)),
+      input_(std::move(input)),
+      sender_(protocol, input_),
+      verifier_(std::move(verifier)) {}
+
+void LoadSession::Count(const absl::Status& status, const InferOutput* output) {
+  if (status.ok() && output_bytes_.load() == 0) {
+    output_bytes_.store(static_cast<int64_t>(output->bytes.size()));
+  }
+  absl::MutexLock lock(&mu_);
+  ++totals_.sent;
+  if (status.ok()) {
+    ++totals_.ok;
+    return;
+  }
+  ++totals_.errors;
+  ++totals_.errors_by_code[absl::StatusCodeToString(status.code())];
+}
+
+absl::StatusOr<InferOutput> LoadSession::Send() {
+  absl::StatusOr<InferOutput> output = sender_.Send(pool_->Next());
+  Count(output.status(), output.ok() ? &*output : nullptr);
+  return output;
+}
+
+void LoadSession::SendAsync(InferRequestSender::Done done) {
+  sender_.SendAsync(pool_->Next(),
+                    [this, done = std::move(done)](const absl::Status& status, InferOutput* out) {
+                      Count(status, out);
+                      done(status, out);
+                    });
+}
+
+absl::Status LoadSession::Unload() {
+  for (ConvServeClient* client : servers_) {
+    absl::Status unloaded = client->UnloadGraph(input_.graph);
+    if (!unloaded.ok()) return Annotate("UnloadGraph", unloaded);
+  }
+  return absl::OkStatus();
+}
+
+RequestTotals LoadSession::totals() const {
+  absl::MutexLock lock(&mu_);
+  return totals_;
+}
+
+}  // namespace convserve
