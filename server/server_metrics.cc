@@ -71,8 +71,14 @@ class ServerMetrics::RuntimeCollector : public prometheus::Collectable {
     std::vector<prometheus::MetricFamily> families = {
         Family("convserve_queue_depth", "Requests waiting for a worker, per GPU (or cpu).",
                MetricType::Gauge, queue),
-        Family("convserve_plan_cache_hits_total", "Plan lookups answered from the cache.",
-               MetricType::Counter, {Value({}, stats.plans.hits, true)}),
+        // A lookup that waited for another request's build of its key
+        // (single-flight) built nothing either: it counts as a hit, so hits +
+        // misses are all lookups however concurrent the first requests are.
+        Family("convserve_plan_cache_hits_total",
+               "Plan lookups that built nothing: answered from the cache or by a build in "
+               "progress.",
+               MetricType::Counter,
+               {Value({}, static_cast<double>(stats.plans.hits + stats.plans.waits), true)}),
         Family("convserve_plan_cache_misses_total", "Plan lookups that started a build.",
                MetricType::Counter, {Value({}, stats.plans.misses, true)}),
         Family("convserve_plan_cache_evictions_total", "Plans evicted to stay within bounds.",

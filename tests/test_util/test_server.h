@@ -15,12 +15,17 @@ namespace convserve {
 class TestServer {
  public:
   // Starts on 127.0.0.1 with a free port. `backend` defaults to the CPU
-  // backend with 2 threads. Aborts the test binary if it cannot start.
+  // backend with 2 threads. With `serve_metrics`, /metrics is served on
+  // another free loopback port (server()->metrics().port()); it is off by
+  // default because stopping its HTTP server takes about 2 s. Aborts the
+  // test binary if the server cannot start.
   static std::unique_ptr<TestServer> Start(const InferenceCoreOptions& options = {},
-                                           std::unique_ptr<Backend> backend = nullptr);
+                                           std::unique_ptr<Backend> backend = nullptr,
+                                           bool serve_metrics = false);
   // Serves with `runner` (e.g. the GPU device pool).
   static std::unique_ptr<TestServer> Start(const InferenceCoreOptions& options,
-                                           std::unique_ptr<RequestRunner> runner);
+                                           std::unique_ptr<RequestRunner> runner,
+                                           bool serve_metrics = false);
 
   // "127.0.0.1:PORT".
   std::string address() const;
@@ -28,7 +33,8 @@ class TestServer {
   GrpcServer* server() { return server_.get(); }
 
  private:
-  static std::unique_ptr<TestServer> Serve(absl::StatusOr<std::unique_ptr<InferenceCore>> core);
+  static std::unique_ptr<TestServer> Serve(absl::StatusOr<std::unique_ptr<InferenceCore>> core,
+                                           bool serve_metrics);
 
   std::unique_ptr<InferenceCore> core_;
   std::unique_ptr<GrpcServer> server_;
