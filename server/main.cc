@@ -60,7 +60,15 @@ namespace convserve {
 namespace {
 
 int Run() {
-  spdlog::set_level(spdlog::level::from_str(absl::GetFlag(FLAGS_log_level)));
+  const std::string log_level = absl::GetFlag(FLAGS_log_level);
+  const spdlog::level::level_enum level = spdlog::level::from_str(log_level);
+  // spdlog reads any unknown name as "off"; a typo must not silence the server.
+  if (level == spdlog::level::off && log_level != "off") {
+    spdlog::critical("cannot start: --log_level '{}' is not trace, debug, info, warn, error or off",
+                     log_level);
+    return 2;
+  }
+  spdlog::set_level(level);
   // Block the stop signals before any thread starts so only sigwait sees them.
   sigset_t stop_signals;
   sigemptyset(&stop_signals);
