@@ -52,6 +52,12 @@ if [[ " $steps " == *" server "* ]]; then
   "$bin/convserve-load" --server=127.0.0.1:18001 \
     --graph_file=deploy/examples/resnet_block.textproto --input_shape=8,3,224,224 --requests=50 \
     > "$out/load.log" 2>&1
+  python3 -c "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:8002/metrics').read().decode())" \
+    > "$out/metrics.txt" 2>&1
+  grep -E "^convserve_(requests_total|plan_builds_total|gpu_memory|build_info|plan_cache)" "$out/metrics.txt"
+  if [ -x "$bin/promtool" ]; then
+    "$bin/promtool" check metrics < "$out/metrics.txt" && echo "promtool check metrics: OK"
+  fi
   kill -TERM $pid; wait $pid
   cat "$out/server.log" "$out/load.log"
 fi
