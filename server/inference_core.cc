@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/runtime/backend_runner.h"
 #include "engine/status_macros.h"
+#include "spdlog/spdlog.h"
 
 namespace convserve {
 
@@ -32,9 +33,19 @@ absl::StatusOr<GraphRegistry::AddResult> InferenceCore::LoadGraph(GraphSpec spec
   // Prepare first (weights to every GPU), so a graph is never listed before
   // it can run; the runner counts references, so an identical graph loaded
   // twice, or a refused one, just releases its extra reference.
-  RETURN_IF_ERROR(runner_->AddGraph(graph));
+  absl::Status prepared = runner_->AddGraph(graph);
+  if (!prepared.ok()) {
+    spdlog::warn("graph '{}' not loaded: {}", graph->name(), prepared.ToString());
+    return prepared;
+  }
   absl::StatusOr<GraphRegistry::AddResult> added = registry_.Add(graph);
   if (!added.ok() || added->already_loaded) runner_->RemoveGraph(graph->id());
+  if (!added.ok()) {
+    spdlog::warn("graph '{}' not loaded: {}", graph->name(), added.status().ToString());
+  } else if (!added->already_loaded) {
+    spdlog::info("graph loaded: '{}' id {}, {} layers, {} parameter bytes", graph->name(),
+                 graph->id(), graph->spec().layers.size(), graph->parameter_bytes());
+  }
   return added;
 }
 
@@ -42,6 +53,7 @@ absl::Status InferenceCore::UnloadGraph(const std::string& name_or_id) {
   ASSIGN_OR_RETURN(std::shared_ptr<const Graph> graph, registry_.Find(name_or_id));
   RETURN_IF_ERROR(registry_.Remove(graph->id()));
   runner_->RemoveGraph(graph->id());
+  spdlog::info("graph unloaded: '{}' id {}", graph->name(), graph->id());
   return absl::OkStatus();
 }
 
@@ -76,8 +88,19 @@ void InferenceCore::Infer(InferCall call) {
     return;
   }
   ++accepted_;
-  call.done = [this, done = std::move(call.done)](const absl::Status& status, const Shape& shape,
-                                                  const InferTimings& timings) {
+  call.done = [this, done = std::move(call.done), name = call.graph->name()](
+                  const absl::Status& status, const Shape& shape, const InferTimings& timings) {
+    // Failures after acceptance are logged (the caller's own mistakes were
+    // answered before this point and are only counted). Overload and
+    // shutdown refusals are expected under load: debug only, so a burst
+    // cannot flood the log.
+    if (!status.ok()) {
+      const bool expected = status.code() == absl::StatusCode::kCancelled ||
+                            status.code() == absl::StatusCode::kResourceExhausted ||
+                            status.code() == absl::StatusCode::kUnavailable;
+      spdlog::log(expected ? spdlog::level::debug : spdlog::level::warn,
+                  "request for graph '{}' failed: {}", name, status.ToString());
+    }
     done(status, shape, timings);
     ++answered_;
   };

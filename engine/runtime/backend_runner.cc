@@ -2,6 +2,7 @@
 
 #include "absl/time/clock.h"
 #include "engine/status_macros.h"
+#include "spdlog/spdlog.h"
 
 namespace convserve {
 
@@ -33,6 +34,8 @@ absl::Status BackendRunner::Execute(const InferCall& call, Shape* output_shape,
         event.seconds = absl::ToDoubleSeconds(absl::Now() - build_start);
         ReportPlanBuild(event);
         if (!compiled.ok()) return compiled.status();
+        spdlog::info("plan built: graph '{}' input {} on {} in {:.2f} ms", call.graph->name(),
+                     ShapeToString(call.input_shape), backend_->name(), event.seconds * 1e3);
         return PlanCache<Executable>::Built{*std::move(compiled), 0};
       }));
   timings->build = absl::ToDoubleSeconds(absl::Now() - start);
