@@ -47,8 +47,7 @@ GrpcServer::~GrpcServer() {
 }
 
 void GrpcServer::Shutdown(absl::Duration grace) {
-  if (shut_down_ || server_ == nullptr) return;
-  shut_down_ = true;
+  if (server_ == nullptr || shut_down_.exchange(true)) return;
   server_->GetHealthCheckService()->SetServingStatus(false);
   core_->Drain();
   server_->Shutdown(absl::ToChronoTime(absl::Now() + grace));

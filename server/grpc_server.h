@@ -5,6 +5,7 @@
 
 #include <grpcpp/server.h>
 
+#include <atomic>
 #include <memory>
 #include <string>
 
@@ -54,7 +55,7 @@ class GrpcServer {
   KServeService kserve_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
-  bool shut_down_ = false;
+  std::atomic<bool> shut_down_{false};  // Shutdown may be called from a signal thread and a destructor
 };
 
 }  // namespace convserve
