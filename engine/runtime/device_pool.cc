@@ -279,6 +279,9 @@ RunnerStats DevicePool::Stats() const {
     DeviceStats d;
     d.device = absl::StrCat(device->ordinal);
     d.uuid = device->uuid;
+    d.name = device->name;
+    d.completed = device->completed.load();
+    d.failed = device->failed.load();
     {
       absl::MutexLock lock(&device->mu);
       d.queued = static_cast<int64_t>(device->queue.size());
@@ -294,21 +297,6 @@ RunnerStats DevicePool::Stats() const {
   stats.plans = plans_.stats();
   stats.versions = versions_;
   return stats;
-}
-
-std::vector<DeviceCounters> DevicePool::device_counters() const {
-  std::vector<DeviceCounters> counters;
-  for (const auto& device : devices_) {
-    DeviceCounters c;
-    c.device = device->ordinal;
-    c.name = device->name;
-    c.completed = device->completed.load();
-    c.failed = device->failed.load();
-    absl::MutexLock lock(&device->mu);
-    c.queued = static_cast<int64_t>(device->queue.size());
-    counters.push_back(c);
-  }
-  return counters;
 }
 
 void DevicePool::WorkerLoop(Device* device, Worker* worker) {

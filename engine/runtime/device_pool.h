@@ -53,14 +53,6 @@ struct EngineChoice {
   int64_t engine_index = -1;
 };
 
-struct DeviceCounters {
-  int device = 0;
-  std::string name;
-  int64_t completed = 0;  // requests answered OK
-  int64_t failed = 0;     // requests answered with an error after queueing
-  int64_t queued = 0;     // waiting now
-};
-
 class DevicePool : public RequestRunner {
  public:
   static absl::StatusOr<std::unique_ptr<DevicePool>> Create(const DevicePoolOptions& options);
@@ -73,7 +65,6 @@ class DevicePool : public RequestRunner {
   std::string Describe() const override;
   RunnerStats Stats() const override;
 
-  std::vector<DeviceCounters> device_counters() const;
   PlanCacheStats plan_stats() const { return plans_.stats(); }
   PlanCacheStats choice_stats() const { return choices_.stats(); }
 

@@ -21,10 +21,14 @@ namespace convserve {
 struct DeviceStats {
   // "0", "1", ... for GPUs, "cpu" for the CPU runner.
   std::string device;
-  // GPU UUID ("GPU-..."), empty for the CPU.
+  // GPU UUID ("GPU-...") and model name, empty for the CPU.
   std::string uuid;
+  std::string name;
   int64_t queued = 0;
   int64_t running = 0;
+  // Requests answered OK, and with an error after they were queued.
+  int64_t completed = 0;
+  int64_t failed = 0;
   // GPU memory; 0 for the CPU.
   int64_t memory_used_bytes = 0;
   int64_t memory_total_bytes = 0;

@@ -49,10 +49,10 @@ TEST(DevicePoolTest, MixedTrafficIsCorrectOnEveryGpu) {
   EXPECT_EQ(result.wrong, 0);
   EXPECT_TRUE(result.errors.empty());
 
-  const std::vector<DeviceCounters> counters = pool->device_counters();
+  const std::vector<DeviceStats> counters = pool->Stats().devices;
   int64_t total = 0;
-  for (const DeviceCounters& c : counters) {
-    std::printf("GPU %d (%s): %ld requests\n", c.device, c.name.c_str(), c.completed);
+  for (const DeviceStats& c : counters) {
+    std::printf("GPU %s (%s): %ld requests\n", c.device.c_str(), c.name.c_str(), c.completed);
     if (counters.size() > 1) EXPECT_GT(c.completed, 0) << "GPU " << c.device << " got no work";
     total += c.completed;
   }
