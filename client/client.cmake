@@ -11,7 +11,8 @@ target_link_libraries(convserve_client PUBLIC
   convserve_proto convserve_tensor gRPC::grpc++ absl::status absl::statusor absl::strings)
 
 # The load generator as a library, so tests drive it in-process. It links the
-# engine's CPU backend (not the server) for --verify's reference outputs.
+# engine's CPU backend and the wire translation (not the server's services)
+# for --verify's reference outputs.
 add_library(convserve_load_lib STATIC
   client/load_generator.cc
   client/load_level.cc
@@ -22,7 +23,7 @@ add_library(convserve_load_lib STATIC
   client/reference_graph.cc
   client/server_breakdown.cc)
 target_link_libraries(convserve_load_lib PUBLIC
-  convserve_client convserve_engine absl::str_format absl::synchronization absl::time)
+  convserve_client convserve_engine convserve_wire absl::str_format absl::synchronization absl::time)
 
 add_executable(convserve-load client/load_main.cc)
 target_link_libraries(convserve-load PRIVATE convserve_load_lib absl::flags absl::flags_parse)

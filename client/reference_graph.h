@@ -1,11 +1,6 @@
 // GraphDef -> engine Graph on the client, so convserve-load --verify can run
-// the graph on the CPU reference backend.
-//
-// Why not server/proto_convert.h's GraphSpecFromProto: it lives in
-// convserve_server_lib, which brings the gRPC services, spdlog and, in CUDA
-// builds, cuDNN into the client. The mapping is a few enum switches, so the
-// client keeps its own; a divergence from the server's shows up at once as
-// a --verify failure against a correct server (tests/load/ cover it).
+// the graph on the CPU reference backend with exactly the server's
+// translation (server/proto_convert, library convserve_wire).
 #ifndef CONVSERVE_CLIENT_REFERENCE_GRAPH_H_
 #define CONVSERVE_CLIENT_REFERENCE_GRAPH_H_
 

@@ -13,21 +13,6 @@ absl::Status Invalid(const std::string& field, const std::string& problem) {
   return absl::InvalidArgumentError(absl::StrCat(field, " ", problem));
 }
 
-absl::StatusOr<DType> DTypeFromProto(v1::DataType type, const std::string& field) {
-  switch (type) {
-    case v1::FLOAT32:
-      return DType::kFloat32;
-    case v1::FLOAT16:
-      return DType::kFloat16;
-    case v1::BFLOAT16:
-      return DType::kBFloat16;
-    case v1::DATA_TYPE_UNSPECIFIED:
-      return Invalid(field, "is required: FLOAT32, FLOAT16 or BFLOAT16");
-    default:
-      return Invalid(field, absl::StrCat("has unknown value ", static_cast<int>(type)));
-  }
-}
-
 absl::StatusOr<Layout> LayoutFromProto(v1::Layout layout, const std::string& field) {
   switch (layout) {
     case v1::NCHW:
@@ -132,6 +117,21 @@ absl::Span<const uint8_t> BytesOf(const std::string& s) {
 }
 
 }  // namespace
+
+absl::StatusOr<DType> DTypeFromProto(v1::DataType type, const std::string& field) {
+  switch (type) {
+    case v1::FLOAT32:
+      return DType::kFloat32;
+    case v1::FLOAT16:
+      return DType::kFloat16;
+    case v1::BFLOAT16:
+      return DType::kBFloat16;
+    case v1::DATA_TYPE_UNSPECIFIED:
+      return Invalid(field, "is required: FLOAT32, FLOAT16 or BFLOAT16");
+    default:
+      return Invalid(field, absl::StrCat("has unknown value ", static_cast<int>(type)));
+  }
+}
 
 absl::StatusOr<GraphSpec> GraphSpecFromProto(v1::GraphDef* graph) {
   GraphSpec spec;

@@ -20,6 +20,8 @@ absl::StatusOr<GraphSpec> GraphSpecFromProto(v1::GraphDef* graph);
 void GraphInfoToProto(const Graph& graph, v1::GraphInfo* info);
 
 v1::DataType DataTypeToProto(DType dtype);
+// INVALID_ARGUMENT naming `field` for unspecified or unknown values.
+absl::StatusOr<DType> DTypeFromProto(v1::DataType type, const std::string& field);
 v1::Layout LayoutToProto(Layout layout);
 
 // The tensor of a convserve.v1 Infer request, checked against the graph.
