@@ -83,6 +83,7 @@ void InferenceCore::Infer(InferCall call) {
               {}, {});
     return;
   }
+  absl::ReaderMutexLock lock(&drain_mu_);
   if (!ready_.load()) {
     call.done(absl::UnavailableError("the server is shutting down"), {}, {});
     return;
@@ -108,7 +109,10 @@ void InferenceCore::Infer(InferCall call) {
 }
 
 void InferenceCore::Drain() {
-  ready_.store(false);
+  {
+    absl::MutexLock lock(&drain_mu_);
+    ready_.store(false);
+  }
   runner_->Drain();
 }
 

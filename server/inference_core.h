@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
 #include "engine/backend.h"
 #include "engine/graph.h"
@@ -70,6 +71,11 @@ class InferenceCore {
   const InferenceCoreOptions options_;
   const std::unique_ptr<RequestRunner> runner_;
   GraphRegistry registry_;
+  // Infer checks readiness and hands the call to the runner under a reader
+  // lock; Drain flips readiness under the writer lock. So every call that
+  // saw the server ready reaches the runner before the runner drains, and is
+  // run rather than refused.
+  absl::Mutex drain_mu_;
   std::atomic<bool> ready_{true};
   std::atomic<int64_t> accepted_{0};
   std::atomic<int64_t> answered_{0};
