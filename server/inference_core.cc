@@ -73,6 +73,7 @@ void InferenceCore::Infer(InferCall call) {
     call.done(shapes.status(), {}, {});
     return;
   }
+  call.layer_outputs = *std::move(shapes);
   const size_t element = DTypeSize(call.graph->spec().dtype);
   const size_t expected = NumElements(call.input_shape) * element;
   if (call.input.size() != expected) {

@@ -232,12 +232,14 @@ void DevicePool::Submit(InferCall call) {
               {}, {});
     return;
   }
-  auto task = std::make_unique<Task>();
-  task->cost = static_cast<int64_t>(call.input.size());
-  absl::StatusOr<std::vector<Shape>> shapes = call.graph->InferShapes(call.input_shape);
-  if (shapes.ok()) {
-    task->cost += NumElements(shapes->back()) * DTypeSize(call.graph->spec().dtype);
+  if (call.layer_outputs.size() != call.graph->spec().layers.size()) {
+    call.done(absl::InternalError("the call's layer output shapes were not inferred"), {}, {});
+    return;
   }
+  auto task = std::make_unique<Task>();
+  task->cost = static_cast<int64_t>(call.input.size()) +
+               NumElements(call.layer_outputs.back()) *
+                   static_cast<int64_t>(DTypeSize(call.graph->spec().dtype));
   task->call = std::move(call);
   task->resources = std::move(resources);
   task->accepted = absl::Now();
@@ -409,7 +411,7 @@ absl::Status DevicePool::Execute(Device& device, Worker& worker, Task& task,
         "the client cancelled or the deadline passed before the request ran");
   }
   const Graph& graph = *call.graph;
-  ASSIGN_OR_RETURN(std::vector<Shape> outputs, graph.InferShapes(call.input_shape));
+  const std::vector<Shape>& outputs = call.layer_outputs;
   const std::vector<ConvLayerProblem> problems =
       MakeLayerProblems(graph, call.input_shape, outputs);
   const size_t element = DTypeSize(graph.spec().dtype);

@@ -6,6 +6,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
@@ -30,6 +31,9 @@ struct InferCall {
   std::shared_ptr<const Graph> graph;
   // Logical N, C, spatial... of the input.
   Shape input_shape;
+  // Output shape of every layer, from Graph::InferShapes; the caller (the
+  // core) has checked the shape, so runners need not infer it again.
+  std::vector<Shape> layer_outputs;
   // Exactly the input tensor's bytes (graph dtype and layout).
   absl::Span<const uint8_t> input;
   // Resized to the output tensor's bytes and filled on success.
