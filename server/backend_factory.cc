@@ -1,7 +1,11 @@
 #include "server/backend_factory.h"
 
+#include <limits.h>
+#include <unistd.h>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/time.h"
 #include "engine/cpu/cpu_backend.h"
 #include "engine/runtime/backend_runner.h"
 #include "engine/status_macros.h"
@@ -24,6 +28,15 @@ absl::StatusOr<RunnerChoice> MakeCpu(const BackendConfig& config, const std::str
 }
 
 #if CONVSERVE_WITH_CUDA
+// `name` in the directory of the running executable.
+std::string SiblingExecutable(const std::string& name) {
+  char self[PATH_MAX];
+  const ssize_t length = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (length <= 0) return name;
+  std::string path(self, static_cast<size_t>(length));
+  return path.substr(0, path.rfind('/') + 1) + name;
+}
+
 absl::StatusOr<RunnerChoice> MakeGpu(const BackendConfig& config) {
   DevicePoolOptions options;
   options.devices = config.gpus;
@@ -37,6 +50,20 @@ absl::StatusOr<RunnerChoice> MakeGpu(const BackendConfig& config) {
   if (!config.engine_blocklist.empty()) {
     ASSIGN_OR_RETURN(options.selection.blocklist, ReadEngineBlocklist(config.engine_blocklist));
   }
+  options.errata_file = config.cudnn_errata;
+  ASSIGN_OR_RETURN(options.selection.errata, CudnnErrata::Create(config.cudnn_errata));
+  if (config.engine_prober) {
+    options.prober_binary =
+        config.prober_binary.empty() ? SiblingExecutable("convserve-prober") : config.prober_binary;
+  }
+  options.plan_cache_dir = config.plan_cache_dir;
+  if (config.prober_candidate_timeout_seconds <= 0) {
+    return absl::InvalidArgumentError("--prober_candidate_timeout_seconds must be > 0");
+  }
+  options.prober_candidate_timeout = absl::Seconds(config.prober_candidate_timeout_seconds);
+  options.prober_log_level = config.log_level;
+  options.testing_fault_graph = config.testing_fault_graph;
+  options.testing_fault_candidate_rank = config.testing_fault_candidate_rank;
   ASSIGN_OR_RETURN(std::unique_ptr<DevicePool> pool, DevicePool::Create(options));
   return RunnerChoice{std::move(pool), "serving on GPU"};
 }

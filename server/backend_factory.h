@@ -37,6 +37,22 @@ struct BackendConfig {
   std::string engine_blocklist;
   // Autotune: candidates timed per layer and path.
   int autotune_candidates = 12;
+  // Operator cuDNN errata file, besides the shipped list; empty for none.
+  std::string cudnn_errata;
+  // Run engine searches in a convserve-prober process per GPU (false: in
+  // the server, where a faulting candidate loses the GPU).
+  bool engine_prober = true;
+  // The prober executable; empty: convserve-prober next to this executable.
+  std::string prober_binary;
+  // Plan store directory (quarantine verdicts); empty: private temporary.
+  std::string plan_cache_dir;
+  // Longest time one candidate may run in the prober before it counts as hung.
+  double prober_candidate_timeout_seconds = 120;
+  // Log level name for the probers.
+  std::string log_level = "info";
+  // Test hooks (see DevicePoolOptions).
+  std::string testing_fault_graph;
+  int testing_fault_candidate_rank = -1;
 };
 
 struct RunnerChoice {

@@ -6,6 +6,7 @@
 #include <grpcpp/server_builder.h>
 
 #include "absl/strings/str_cat.h"
+#include "spdlog/spdlog.h"
 
 namespace convserve {
 
@@ -24,6 +25,15 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(const GrpcServerOp
   ServerMetrics* raw_metrics = server->metrics_.get();
   core->set_plan_build_observer(
       [raw_metrics](const PlanBuildEvent& event) { raw_metrics->PlanBuilt(event); });
+  GrpcServer* raw_server = server.get();
+  core->set_device_failure_observer([raw_server, options](const DeviceFailure& failure) {
+    if (failure.healthy_devices > 0 || raw_server->no_healthy_device_.exchange(true)) return;
+    spdlog::critical("no healthy GPU is left: health is NOT_SERVING; shutting down");
+    if (raw_server->server_ != nullptr) {
+      raw_server->server_->GetHealthCheckService()->SetServingStatus(false);
+    }
+    if (options.on_no_healthy_device) options.on_no_healthy_device();
+  });
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options.listen_address, grpc::InsecureServerCredentials(),
                            &server->port_);
@@ -44,6 +54,7 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(const GrpcServerOp
 GrpcServer::~GrpcServer() {
   Shutdown(absl::ZeroDuration());
   core_->set_plan_build_observer(nullptr);  // the metrics go with this server
+  core_->set_device_failure_observer(nullptr);
 }
 
 void GrpcServer::Shutdown(absl::Duration grace) {

@@ -6,6 +6,7 @@
 #include <grpcpp/server.h>
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -25,6 +26,10 @@ struct GrpcServerOptions {
   int max_message_bytes = 256 << 20;
   // Prometheus /metrics endpoint and graph-label bound.
   ServerMetricsOptions metrics;
+  // Called (once, from a worker thread) when the last healthy GPU fails,
+  // after health has turned NOT_SERVING; main() shuts down and exits
+  // non-zero so the orchestrator restarts the process.
+  std::function<void()> on_no_healthy_device;
 };
 
 class GrpcServer {
@@ -55,7 +60,8 @@ class GrpcServer {
   KServeService kserve_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
-  std::atomic<bool> shut_down_{false};  // Shutdown may be called from a signal thread and a destructor
+  std::atomic<bool> shut_down_{false};
+  std::atomic<bool> no_healthy_device_{false};  // Shutdown may be called from a signal thread and a destructor
 };
 
 }  // namespace convserve

@@ -48,8 +48,8 @@ class InferenceCore {
   // Checks the request, queues it and returns; `call.done` reports the end.
   void Infer(InferCall call);
 
-  // True until Drain starts.
-  bool ready() const { return ready_.load(); }
+  // True until Drain starts, while the runner can serve (a GPU is healthy).
+  bool ready() const { return ready_.load() && runner_->healthy(); }
   // Refuses new requests (UNAVAILABLE) and waits for accepted ones.
   void Drain();
 
@@ -57,6 +57,10 @@ class InferenceCore {
   // See RequestRunner::set_plan_build_observer; before traffic starts.
   void set_plan_build_observer(std::function<void(const PlanBuildEvent&)> observer) {
     runner_->set_plan_build_observer(std::move(observer));
+  }
+  // See RequestRunner::set_device_failure_observer; before traffic starts.
+  void set_device_failure_observer(std::function<void(const DeviceFailure&)> observer) {
+    runner_->set_device_failure_observer(std::move(observer));
   }
 
   // Requests handed to the runner, and those of them answered (OK or not).

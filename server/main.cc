@@ -1,6 +1,8 @@
 // convserve-server: serves convserve.v1 and KServe v2 over gRPC until SIGTERM
-// or SIGINT, then drains accepted requests and exits 0.
+// or SIGINT, then drains accepted requests and exits 0; when no GPU can serve
+// any more (each lost its CUDA context) it drains and exits 3.
 #include <signal.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <string>
@@ -11,6 +13,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "server/backend_factory.h"
 #include "server/grpc_server.h"
@@ -38,6 +41,30 @@ ABSL_FLAG(int64_t, max_workspace_bytes, int64_t{256} << 20, "largest cuDNN works
 ABSL_FLAG(std::string, engine_blocklist, "",
           "file of cuDNN engine global indices never to use, one per line ('#' comments)");
 ABSL_FLAG(int, autotune_candidates, 12, "autotune: candidate engines timed per layer and path");
+ABSL_FLAG(bool, engine_prober, true,
+          "run cuDNN engine searches in a convserve-prober process per GPU, so a candidate that "
+          "faults kills the prober (and is quarantined), not the server; false runs them in the "
+          "server, where such a fault loses the GPU");
+ABSL_FLAG(std::string, prober_binary, "",
+          "the engine prober executable; empty: convserve-prober next to this binary");
+ABSL_FLAG(double, prober_candidate_timeout_seconds, 120,
+          "an engine candidate that runs longer than this in the prober counts as hung and is "
+          "quarantined");
+ABSL_FLAG(std::string, plan_cache_dir, "auto",
+          "directory of the plan store (quarantined engine candidates), shared across restarts "
+          "and by processes on one volume; auto: $XDG_CACHE_HOME/convserve or "
+          "$HOME/.cache/convserve; empty: a private temporary directory (nothing persists)");
+ABSL_FLAG(std::string, cudnn_errata, "",
+          "file of extra cuDNN errata rules (engine configurations never to run), in the format "
+          "of engine/cudnn/cudnn_errata.txt, which is built in");
+ABSL_FLAG(double, gpu_failure_exit_delay_seconds, 0,
+          "when no healthy GPU is left: how long to keep answering (health NOT_SERVING, "
+          "requests UNAVAILABLE, /metrics) before draining and exiting with status 3");
+ABSL_FLAG(std::string, testing_fault_graph, "",
+          "testing only: requests for the graph of this name make a misaligned write on the "
+          "GPU, losing its CUDA context");
+ABSL_FLAG(int, testing_fault_candidate_rank, -1,
+          "testing only: the engine candidate at this rank faults the prober's CUDA context");
 ABSL_FLAG(int, request_threads, 2, "CPU backend: workers that run requests concurrently");
 ABSL_FLAG(int, max_queued_requests, 256,
           "requests waiting for a worker (per GPU on the GPU backend) before new ones get "
@@ -59,6 +86,18 @@ ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error or of
 namespace convserve {
 namespace {
 
+// Exit status when the process stops because no GPU can serve (docs/deploy.md).
+constexpr int kExitNoHealthyGpu = 3;
+
+// --plan_cache_dir=auto: the user's cache directory, else none.
+std::string DefaultPlanCacheDir() {
+  const char* xdg = std::getenv("XDG_CACHE_HOME");
+  if (xdg != nullptr && *xdg != '\0') return absl::StrCat(xdg, "/convserve");
+  const char* home = std::getenv("HOME");
+  if (home != nullptr && *home != '\0') return absl::StrCat(home, "/.cache/convserve");
+  return "";
+}
+
 int Run() {
   const std::string log_level = absl::GetFlag(FLAGS_log_level);
   const spdlog::level::level_enum level = spdlog::level::from_str(log_level);
@@ -74,6 +113,8 @@ int Run() {
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGTERM);
   sigaddset(&stop_signals, SIGINT);
+  // Raised by the server itself when no healthy GPU is left.
+  sigaddset(&stop_signals, SIGUSR1);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
   BackendConfig backend_config;
@@ -96,6 +137,17 @@ int Run() {
   backend_config.max_workspace_bytes = absl::GetFlag(FLAGS_max_workspace_bytes);
   backend_config.engine_blocklist = absl::GetFlag(FLAGS_engine_blocklist);
   backend_config.autotune_candidates = absl::GetFlag(FLAGS_autotune_candidates);
+  backend_config.cudnn_errata = absl::GetFlag(FLAGS_cudnn_errata);
+  backend_config.engine_prober = absl::GetFlag(FLAGS_engine_prober);
+  backend_config.prober_binary = absl::GetFlag(FLAGS_prober_binary);
+  backend_config.plan_cache_dir = absl::GetFlag(FLAGS_plan_cache_dir) == "auto"
+                                      ? DefaultPlanCacheDir()
+                                      : absl::GetFlag(FLAGS_plan_cache_dir);
+  backend_config.prober_candidate_timeout_seconds =
+      absl::GetFlag(FLAGS_prober_candidate_timeout_seconds);
+  backend_config.log_level = log_level;
+  backend_config.testing_fault_graph = absl::GetFlag(FLAGS_testing_fault_graph);
+  backend_config.testing_fault_candidate_rank = absl::GetFlag(FLAGS_testing_fault_candidate_rank);
   absl::StatusOr<RunnerChoice> choice = MakeRunner(backend_config);
   if (!choice.ok()) {
     spdlog::critical("cannot start: {}", choice.status().ToString());
@@ -122,6 +174,7 @@ int Run() {
   server_options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   server_options.metrics.listen_address = absl::GetFlag(FLAGS_metrics_listen);
   server_options.metrics.max_graph_labels = absl::GetFlag(FLAGS_max_metric_graphs);
+  server_options.on_no_healthy_device = [] { kill(getpid(), SIGUSR1); };
   absl::StatusOr<std::unique_ptr<GrpcServer>> server =
       GrpcServer::Start(server_options, core->get());
   if (!server.ok()) {
@@ -137,11 +190,20 @@ int Run() {
 
   int signal_number = 0;
   sigwait(&stop_signals, &signal_number);
-  spdlog::info("received {}; draining accepted requests", strsignal(signal_number));
+  const bool gpu_lost = signal_number == SIGUSR1;
+  if (gpu_lost) {
+    const double delay = absl::GetFlag(FLAGS_gpu_failure_exit_delay_seconds);
+    spdlog::critical("no healthy GPU is left; draining{} and exiting with status {} so the "
+                     "process is restarted",
+                     delay > 0 ? absl::StrCat(" in ", delay, " s") : "", kExitNoHealthyGpu);
+    if (delay > 0) absl::SleepFor(absl::Seconds(delay));
+  } else {
+    spdlog::info("received {}; draining accepted requests", strsignal(signal_number));
+  }
   (*server)->Shutdown(absl::Seconds(absl::GetFlag(FLAGS_shutdown_grace_seconds)));
   spdlog::info("stopped: {} requests accepted, {} answered", (*core)->accepted(),
                (*core)->answered());
-  return 0;
+  return gpu_lost ? kExitNoHealthyGpu : 0;
 }
 
 }  // namespace

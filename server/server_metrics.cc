@@ -56,9 +56,14 @@ class ServerMetrics::RuntimeCollector : public prometheus::Collectable {
   std::vector<prometheus::MetricFamily> Collect() const override {
     using prometheus::MetricType;
     const RunnerStats stats = core_->runner().Stats();
-    std::vector<prometheus::ClientMetric> queue, memory_used, memory_total;
+    std::vector<prometheus::ClientMetric> queue, memory_used, memory_total, faults, healthy;
     for (const DeviceStats& d : stats.devices) {
       queue.push_back(Value({{"gpu", d.device}}, static_cast<double>(d.queued), false));
+      if (!d.uuid.empty()) {
+        faults.push_back(Value({{"gpu", d.device}, {"uuid", d.uuid}},
+                               static_cast<double>(d.faults), true));
+        healthy.push_back(Value({{"gpu", d.device}, {"uuid", d.uuid}}, d.healthy ? 1 : 0, false));
+      }
       if (d.memory_total_bytes > 0) {
         memory_used.push_back(Value({{"gpu", d.device}, {"uuid", d.uuid}},
                                     static_cast<double>(d.memory_used_bytes), false));
@@ -98,6 +103,30 @@ class ServerMetrics::RuntimeCollector : public prometheus::Collectable {
                                 MetricType::Gauge, memory_used));
       families.push_back(Family("convserve_gpu_memory_total_bytes", "GPU memory in all.",
                                 MetricType::Gauge, memory_total));
+    }
+    if (!faults.empty()) {
+      const EngineSearchStats& e = stats.engine_search;
+      families.push_back(Family(
+          "convserve_gpu_faults_total",
+          "Sticky CUDA errors (lost GPU contexts) while serving; a faulted GPU serves no more.",
+          MetricType::Counter, faults));
+      families.push_back(Family("convserve_gpu_healthy",
+                                "1 while the GPU serves, 0 after it lost its CUDA context.",
+                                MetricType::Gauge, healthy));
+      families.push_back(Family("convserve_engine_searches_total",
+                                "cuDNN engine searches (one per new layer problem and GPU model).",
+                                MetricType::Counter, {Value({}, e.searches, true)}));
+      families.push_back(Family("convserve_engine_prober_starts_total",
+                                "Engine prober processes started (again after each fault).",
+                                MetricType::Counter, {Value({}, e.prober_starts, true)}));
+      families.push_back(Family(
+          "convserve_engine_candidates_quarantined_total",
+          "Engine candidates quarantined because they faulted, crashed or hung a search.",
+          MetricType::Counter, {Value({}, e.quarantined, true)}));
+      families.push_back(Family(
+          "convserve_engine_candidates_vetoed_total",
+          "Engine candidates not run because an earlier verdict quarantined them.",
+          MetricType::Counter, {Value({}, e.vetoed, true)}));
     }
     return families;
   }

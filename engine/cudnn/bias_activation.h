@@ -1,6 +1,8 @@
-// The unfused path's second half: y = activation(y + bias[channel]) in place,
-// one vectorized pass over the conv output, every dtype and activation.
-// Used when no cuDNN engine runs the fused conv-bias-activation graph.
+// The unfused path's second half: y = activation(conv + bias[channel]), one
+// vectorized pass, every dtype and activation. The conv output is either a
+// float32 tensor (16-bit graphs: the result is rounded once, as a fused plan
+// rounds) or y itself in the graph dtype (computed in place). Used when no
+// cuDNN engine runs the fused conv-bias-activation graph.
 #ifndef CONVSERVE_ENGINE_CUDNN_BIAS_ACTIVATION_H_
 #define CONVSERVE_ENGINE_CUDNN_BIAS_ACTIVATION_H_
 
@@ -25,6 +27,8 @@ struct BiasActivationArgs {
   int64_t spatial = 0;
   // Device pointers; `bias` may be null (activation only).
   void* y = nullptr;
+  // The conv output in float32, or null when it is y itself (in place).
+  const void* float_input = nullptr;
   const void* bias = nullptr;
   Activation activation;
 };

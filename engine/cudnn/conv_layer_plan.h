@@ -1,10 +1,12 @@
-// Builds cuDNN execution plans for one conv -> bias -> activation layer.
+// Execution plans for one conv -> bias -> activation layer.
 //
 // Fused path: one operation graph, conv forward (virtual float output) ->
 // pointwise ADD bias [1,K,1,1] (virtual float) -> pointwise activation -> Y.
 // Unfused path, when no engine runs the fused graph (runtime fusion needs
 // NHWC and aligned channels; depthwise and odd channel counts often fail):
-// a conv-only plan writing Y, then LaunchBiasActivation in place.
+// a conv-only plan writing float32 (into scratch for 16-bit graphs), then
+// LaunchBiasActivation writing Y; only where no engine writes float32 does
+// the conv write Y in the graph dtype (kUnfusedRounding).
 #ifndef CONVSERVE_ENGINE_CUDNN_CONV_LAYER_PLAN_H_
 #define CONVSERVE_ENGINE_CUDNN_CONV_LAYER_PLAN_H_
 
@@ -12,41 +14,19 @@
 #include <cudnn.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "engine/activation.h"
+#include "engine/conv_layer_problem.h"
 #include "engine/cudnn/backend_descriptor.h"
+#include "engine/cudnn/conv_operation_graph.h"
+#include "engine/cudnn/engine_candidates.h"
+#include "engine/cudnn/engine_config_id.h"
 #include "engine/cudnn/engine_selection.h"
-#include "engine/graph.h"
-#include "engine/tensor.h"
 
 namespace convserve {
-
-// Everything about one layer's shapes and math, no pointers.
-struct ConvLayerProblem {
-  DType dtype = DType::kFloat32;
-  bool channels_last = false;
-  // Logical N, C, spatial...; K, C/groups, spatial...; N, K, spatial....
-  Shape input;
-  Shape weights;
-  Shape output;
-  std::vector<int64_t> stride, dilation, pad_before, pad_after;
-  bool has_bias = false;
-  Activation activation;
-
-  // True when the plan alone cannot produce Y (there is a bias or an activation).
-  bool needs_epilogue() const {
-    return has_bias || activation.kind != ActivationKind::kIdentity;
-  }
-  std::string Describe() const;
-};
-
-// The problems of every layer of `graph` for a checked input shape, with
-// `outputs` from Graph::InferShapes.
-std::vector<ConvLayerProblem> MakeLayerProblems(const Graph& graph, const Shape& input_shape,
-                                                const std::vector<Shape>& outputs);
 
 // The device pointers one execution uses.
 struct ConvLayerBuffers {
@@ -54,23 +34,22 @@ struct ConvLayerBuffers {
   const void* w = nullptr;
   const void* bias = nullptr;  // null when the layer has no bias
   void* y = nullptr;
+  // At least ConvLayerPlan::workspace_bytes(), 256-byte aligned.
   void* workspace = nullptr;
 };
-
-enum class LayerPath {
-  kFused,    // one cuDNN plan does conv, bias and activation
-  kUnfused,  // cuDNN conv plan + our bias+activation kernel
-};
-const char* LayerPathName(LayerPath path);
 
 // A finalized plan and the descriptors it was built from. Movable.
 class ConvLayerPlan {
  public:
-  LayerPath path() const { return path_; }
-  int64_t engine_index() const { return engine_index_; }
-  int64_t workspace_bytes() const { return workspace_bytes_; }
-  // Median time per run when autotuned, else 0.
+  const EngineConfigId& id() const { return id_; }
+  LayerPath path() const { return id_.path; }
+  int64_t engine_index() const { return id_.engine; }
+  // Device scratch one run needs: cuDNN's workspace, plus the float32 conv
+  // output on the unfused path of a 16-bit graph.
+  int64_t workspace_bytes() const { return scratch_offset_ + scratch_bytes_; }
+  // Median time per run when a search timed it, else 0.
   float measured_ms() const { return measured_ms_; }
+  void set_measured_ms(float ms) { measured_ms_ = ms; }
 
   // Fixes the buffers of every later RunBound (an executable's buffers never
   // move), so running does not rebuild cuDNN's variant pack each time.
@@ -80,55 +59,60 @@ class ConvLayerPlan {
            bound_buffers_.w == buffers.w && bound_buffers_.bias == buffers.bias &&
            bound_buffers_.y == buffers.y && bound_buffers_.workspace == buffers.workspace;
   }
-  // Runs the layer on the handle's stream: the plan, then the epilogue kernel
-  // on the unfused path.
+  // Runs the layer on `stream` (the handle's): the plan, then the epilogue
+  // kernel on the unfused paths.
   absl::Status RunBound(cudnnHandle_t handle, cudaStream_t stream,
                         const ConvLayerProblem& problem) const;
 
  private:
   friend class ConvLayerPlanner;
 
-  LayerPath path_ = LayerPath::kFused;
-  int64_t engine_index_ = -1;
-  int64_t workspace_bytes_ = 0;
+  EngineConfigId id_;
+  // cuDNN's workspace rounded up to 256 bytes, where the float32 scratch of
+  // the unfused path starts; its size (0 when the conv writes Y).
+  int64_t scratch_offset_ = 0;
+  int64_t scratch_bytes_ = 0;
   float measured_ms_ = 0;
-  // Operation graph parts must outlive the plan that refers to them.
-  std::vector<BackendDescriptor> parts_;
+  // The operation graph and config descriptors the plan refers to.
+  std::shared_ptr<const ConvOperationGraph> graph_;
+  EngineCandidate candidate_;
   BackendDescriptor plan_;
   BackendDescriptor bound_pack_;
   ConvLayerBuffers bound_buffers_;
 };
 
-// Finds and builds plans. Callers serialize use of `handle`.
+// Finds engine candidates and finalizes plans. Callers serialize use of
+// `handle`.
 class ConvLayerPlanner {
  public:
-  ConvLayerPlanner(cudnnHandle_t handle, cudaStream_t stream, const EngineSelection& selection)
-      : handle_(handle), stream_(stream), selection_(selection) {}
+  ConvLayerPlanner(cudnnHandle_t handle, const EngineSelection& selection, CudnnTarget target)
+      : handle_(handle), selection_(selection), target_(std::move(target)) {}
 
-  // The best plan under the selection policy: fused when any engine runs the
-  // fused graph (unless autotune finds the unfused path faster), else
-  // unfused. `buffers` are used only by autotune, to time candidates; their
-  // contents are overwritten. UNIMPLEMENTED when no engine supports even the
-  // conv alone, with cuDNN's reason.
-  absl::StatusOr<ConvLayerPlan> Build(const ConvLayerProblem& problem,
-                                      const ConvLayerBuffers& buffers);
+  // The candidates of `path`, best first, after the selection's filters and
+  // the errata.
+  absl::StatusOr<CandidateSet> Candidates(const ConvLayerProblem& problem, LayerPath path);
+  // A plan from one of `set`'s candidates (taken out of the set).
+  // RESOURCE_EXHAUSTED when it needs more workspace than the selection
+  // allows; cuDNN's error when it does not finalize.
+  absl::StatusOr<ConvLayerPlan> Finalize(const ConvLayerProblem& problem, CandidateSet& set,
+                                         size_t index);
+  // The plan for exactly `id` (chosen by a search elsewhere), rebuilt from
+  // the engine index and knob settings without a heuristics query.
+  absl::StatusOr<ConvLayerPlan> BuildConfig(const ConvLayerProblem& problem,
+                                            const EngineConfigId& id);
 
-  // The plan for an engine already chosen (by Build on another worker or
-  // GPU of the same model): no search, no timing. NOT_FOUND when this
-  // engine is not offered here.
-  absl::StatusOr<ConvLayerPlan> BuildChosen(const ConvLayerProblem& problem, LayerPath path,
-                                            int64_t engine_index);
+  cudnnHandle_t handle() const { return handle_; }
+  const EngineSelection& selection() const { return selection_; }
+  const CudnnTarget& target() const { return target_; }
 
  private:
-  struct Candidates;
-  absl::StatusOr<Candidates> FindCandidates(const ConvLayerProblem& problem, bool fused);
-  absl::Status FinalizePlan(const BackendDescriptor& config, ConvLayerPlan* plan);
-  absl::StatusOr<float> TimePlan(const ConvLayerPlan& plan, const ConvLayerProblem& problem,
-                                 const ConvLayerBuffers& buffers);
+  absl::StatusOr<ConvLayerPlan> FinalizeCandidate(const ConvLayerProblem& problem,
+                                                  std::shared_ptr<const ConvOperationGraph> graph,
+                                                  EngineCandidate candidate);
 
   cudnnHandle_t handle_;
-  cudaStream_t stream_;
-  const EngineSelection& selection_;  // owned by the backend, which outlives planners
+  const EngineSelection& selection_;  // owned by the caller, which outlives planners
+  const CudnnTarget target_;
 };
 
 }  // namespace convserve

@@ -2,12 +2,14 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "engine/cudnn/candidate_search.h"
 #include "engine/cudnn/cudnn_status.h"
 #include "engine/status_macros.h"
 #include "spdlog/spdlog.h"
@@ -29,6 +31,14 @@ std::string ShapeKey(const std::string& graph_id, const Shape& shape) {
 }
 
 }  // namespace
+
+CudnnTarget CudnnVersions::target() const {
+  CudnnTarget target;
+  target.cudnn_version = runtime_cudnn;
+  target.compute_capability = compute_capability;
+  target.device_name = device_name;
+  return target;
+}
 
 std::string CudnnVersions::ToString() const {
   return absl::StrCat("GPU ", device_name, " (sm_", compute_capability, "), cuDNN runtime ",
@@ -80,7 +90,11 @@ absl::StatusOr<std::unique_ptr<CudnnBackend>> CudnnBackend::Create(
   ASSIGN_OR_RETURN(CudnnVersions versions, CheckCudnnRuntime(options.device));
   CUDA_RETURN_IF_ERROR(cudaSetDevice(options.device));
 
-  std::unique_ptr<CudnnBackend> backend(new CudnnBackend(options, std::move(versions)));
+  CudnnBackendOptions resolved = options;
+  if (resolved.selection.errata == nullptr) {
+    ASSIGN_OR_RETURN(resolved.selection.errata, CudnnErrata::Create(""));
+  }
+  std::unique_ptr<CudnnBackend> backend(new CudnnBackend(resolved, std::move(versions)));
   absl::MutexLock lock(&backend->mu_);
   ASSIGN_OR_RETURN(backend->stream_, CudaStream::Create());
   ASSIGN_OR_RETURN(backend->handle_, CudnnHandle::Create(backend->stream_.get()));
@@ -147,23 +161,23 @@ absl::StatusOr<std::shared_ptr<CudnnExecutable>> CudnnBackend::CompileLocked(
     ASSIGN_OR_RETURN(executable->pong_, DeviceBuffer::Create(largest * element));
   }
 
-  ConvLayerPlanner planner(handle_.get(), stream_.get(), options_.selection);
+  ConvLayerPlanner planner(handle_.get(), options_.selection, versions_.target());
   std::vector<ConvLayerProblem> problems = MakeLayerProblems(*graph, input_shape, outputs);
   int64_t workspace = 0;
   for (size_t i = 0; i < problems.size(); ++i) {
     ConvLayerProblem& problem = problems[i];
     const absl::Time build_start = absl::Now();
-    absl::StatusOr<ConvLayerPlan> plan = planner.Build(problem, executable->BuffersFor(i));
-    if (!plan.ok()) {
-      return absl::Status(plan.status().code(),
+    std::optional<ConvLayerPlan> plan;
+    absl::StatusOr<SearchReport> report =
+        SearchEngines(planner, stream_.get(), problem, SearchOptions(), nullptr, &plan);
+    if (!report.ok()) {
+      return absl::Status(report.status().code(),
                           absl::StrCat("graph '", graph->name(), "' layers[", i, "]: ",
-                                       plan.status().message()));
+                                       report.status().message()));
     }
-    spdlog::info("plan built: graph '{}' layers[{}] {}: {} path, engine {}, workspace {} B, {} "
-                 "in {:.1f} ms",
-                 graph->name(), i, problem.Describe(), LayerPathName(plan->path()),
-                 plan->engine_index(), plan->workspace_bytes(),
-                 EngineSearchName(options_.selection.search),
+    spdlog::info("plan built: graph '{}' layers[{}] {}: {}, workspace {} B, {} in {:.1f} ms",
+                 graph->name(), i, problem.Describe(), plan->id().ToString(),
+                 plan->workspace_bytes(), EngineSearchName(options_.selection.search),
                  absl::ToDoubleMilliseconds(absl::Now() - build_start));
     workspace = std::max(workspace, plan->workspace_bytes());
     executable->problems_.push_back(std::move(problem));

@@ -43,6 +43,8 @@ struct CudnnVersions {
   std::string device_name;
   int compute_capability = 0;  // e.g. 90
   std::string ToString() const;
+  // What the errata and the plan store key on.
+  CudnnTarget target() const;
 };
 
 // "9.14.0" for cuDNN (major*10000 + minor*100 + patch) or "13.0" for CUDA

@@ -1,9 +1,17 @@
 #include "engine/cudnn/cudnn_status.h"
 
+#include <optional>
+#include <string>
+
+#include "absl/strings/cord.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
 namespace convserve {
 namespace {
+
+// Status payload naming the CUDA error a status came from.
+constexpr char kCudaErrorPayload[] = "type.convserve/cuda_error";
 
 absl::StatusCode CodeFor(cudnnStatus_t status) {
   switch (status) {
@@ -36,8 +44,47 @@ absl::Status CudaError(cudaError_t error, const char* expression, const char* fi
   const absl::StatusCode code = error == cudaErrorMemoryAllocation
                                     ? absl::StatusCode::kResourceExhausted
                                     : absl::StatusCode::kInternal;
-  return absl::Status(code, absl::StrCat(expression, " failed: ", cudaGetErrorName(error), " (",
+  absl::Status status(code, absl::StrCat(expression, " failed: ", cudaGetErrorName(error), " (",
                                          cudaGetErrorString(error), ") at ", file, ":", line));
+  status.SetPayload(kCudaErrorPayload, absl::Cord(absl::StrCat(static_cast<int>(error))));
+  return status;
+}
+
+bool IsStickyCudaError(cudaError_t error) {
+  switch (error) {
+    case cudaErrorIllegalAddress:
+    case cudaErrorMisalignedAddress:
+    case cudaErrorIllegalInstruction:
+    case cudaErrorInvalidAddressSpace:
+    case cudaErrorInvalidPc:
+    case cudaErrorLaunchFailure:
+    case cudaErrorHardwareStackError:
+    case cudaErrorAssert:
+    case cudaErrorLaunchTimeout:
+    case cudaErrorECCUncorrectable:
+    case cudaErrorNvlinkUncorrectable:
+    case cudaErrorContained:
+    case cudaErrorExternalDevice:
+    case cudaErrorTensorMemoryLeak:
+      return true;
+    default:
+      return false;
+  }
+}
+
+cudaError_t CudaErrorOf(const absl::Status& status) {
+  const auto payload = status.GetPayload(kCudaErrorPayload);
+  int code = 0;
+  if (!payload.has_value() || !absl::SimpleAtoi(std::string(*payload), &code)) return cudaSuccess;
+  return static_cast<cudaError_t>(code);
+}
+
+cudaError_t StickyCudaError(const absl::Status& status, cudaStream_t stream) {
+  if (status.ok()) return cudaSuccess;
+  const cudaError_t carried = CudaErrorOf(status);
+  if (IsStickyCudaError(carried)) return carried;
+  const cudaError_t now = cudaStreamSynchronize(stream);
+  return IsStickyCudaError(now) ? now : cudaSuccess;
 }
 
 }  // namespace convserve

@@ -15,6 +15,19 @@ absl::Status CudnnError(cudnnStatus_t status, const char* expression, const char
                         int line);
 absl::Status CudaError(cudaError_t error, const char* expression, const char* file, int line);
 
+// Errors after which the process's CUDA context on that device is unusable
+// ("sticky"): illegal or misaligned address, illegal instruction, launch
+// failure, hardware stack error, device-side assert, uncorrectable ECC or
+// NVLink error, contained or external-device errors. Every later call fails
+// too, until the process exits.
+bool IsStickyCudaError(cudaError_t error);
+// The CUDA error a status from CudaError carries, or cudaSuccess.
+cudaError_t CudaErrorOf(const absl::Status& status);
+// The sticky error behind `status`, or cudaSuccess: from the status itself,
+// or, for a failure reported another way (cuDNN wraps CUDA failures in its
+// own codes), from a synchronization of `stream`.
+cudaError_t StickyCudaError(const absl::Status& status, cudaStream_t stream);
+
 }  // namespace convserve
 
 #define CUDNN_RETURN_IF_ERROR(expr)                                                 \

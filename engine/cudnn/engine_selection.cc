@@ -8,6 +8,10 @@
 
 namespace convserve {
 
+std::string CudnnTarget::Key() const {
+  return absl::StrCat(device_name, "/sm", compute_capability, "/cudnn", cudnn_version);
+}
+
 absl::StatusOr<EngineSearch> ParseEngineSearch(const std::string& name) {
   if (name == "heuristic" || name == "heuristic_a") return EngineSearch::kHeuristicInstant;
   if (name == "heuristic_b") return EngineSearch::kHeuristicB;

@@ -4,10 +4,12 @@
 #define CONVSERVE_ENGINE_CUDNN_ENGINE_SELECTION_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
+#include "engine/cudnn/cudnn_errata.h"
 
 namespace convserve {
 
@@ -27,13 +29,28 @@ struct EngineSelection {
   bool strict_float32 = false;
   // Skip plans needing more workspace than this.
   int64_t max_workspace_bytes = int64_t{256} << 20;
-  // Engine global indices never used (cuDNN has per-version errata).
+  // Engine global indices never used (an operator's blunt override).
   absl::flat_hash_set<int64_t> blocklist;
+  // Known-bad engine configurations, skipped before they run. Null means the
+  // shipped list: the GPU backends load it when they are created.
+  std::shared_ptr<const CudnnErrata> errata;
   // kAutotune: candidates timed per path.
   int autotune_candidates = 12;
   // kAutotune: timed samples (of 8 back-to-back runs) per candidate, after
   // one warm-up run.
   int autotune_iterations = 5;
+};
+
+// What the errata and the plan store key on: the library and GPU a plan runs on.
+struct CudnnTarget {
+  // cudnnGetVersion() of the loaded library, e.g. 91400.
+  int cudnn_version = 0;
+  // major*10 + minor, e.g. 90.
+  int compute_capability = 0;
+  // cudaDeviceProp::name, e.g. "NVIDIA H100 80GB HBM3".
+  std::string device_name;
+  // "NVIDIA H100 80GB HBM3/sm90/cudnn91400": the prefix of store keys.
+  std::string Key() const;
 };
 
 // "heuristic" (= heuristic_a), "heuristic_b", "fallback" or "autotune".

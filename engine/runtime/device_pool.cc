@@ -1,15 +1,21 @@
 #include "engine/runtime/device_pool.h"
 
+#include <stdlib.h>
+
 #include <algorithm>
 #include <cstring>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "engine/cudnn/candidate_search.h"
 #include "engine/cudnn/cuda_resources.h"
 #include "engine/cudnn/cudnn_backend.h"
 #include "engine/cudnn/cudnn_status.h"
+#include "engine/cudnn/probe_buffers.h"
+#include "engine/runtime/prober_protocol.h"
 #include "engine/status_macros.h"
 #include "spdlog/spdlog.h"
 
@@ -27,6 +33,9 @@ struct DevicePool::Task {
   std::shared_ptr<GraphResources> resources;
   absl::Time accepted;
   int64_t cost = 0;
+  // The engine configuration of each layer, once known: what a fault report
+  // names.
+  std::string engines;
 };
 
 // One worker thread's own CUDA and cuDNN state. Touched only by its thread.
@@ -35,6 +44,7 @@ struct DevicePool::Worker {
   CudaStream stream;
   CudnnHandle handle;
   CudaEvent events[4];
+  CudaEvent layer_done;
   DeviceBuffer input, ping, pong, workspace;
   PinnedBuffer staging_in, staging_out;
   std::thread thread;
@@ -45,6 +55,9 @@ struct DevicePool::Device {
   int slot = 0;
   std::string name;
   std::string uuid;
+  CudnnTarget target;
+  // Runs this GPU's engine searches; null when they run in-process.
+  std::unique_ptr<EngineProber> prober;
   absl::Mutex mu;
   std::deque<std::unique_ptr<Task>> queue ABSL_GUARDED_BY(mu);
   int running ABSL_GUARDED_BY(mu) = 0;
@@ -54,10 +67,19 @@ struct DevicePool::Device {
   std::atomic<int64_t> outstanding{0};
   std::atomic<int64_t> completed{0};
   std::atomic<int64_t> failed{0};
+  // Set once, by the first sticky CUDA error: the context is gone.
+  std::atomic<bool> lost{false};
   std::vector<std::unique_ptr<Worker>> workers;
 };
 
 namespace {
+
+// GPU work a worker queues before it waits and checks for cancellation: a
+// cancelled request stops within about this much work plus one layer.
+constexpr double kMaxQueuedAheadMs = 2.0;
+// For layers no search timed: a low estimate of the GPU's rate, so the
+// estimate errs towards waiting more often on big layers.
+constexpr double kAssumedMacsPerMs = 20e9;
 
 // Grows `buffer` to at least `bytes` (never shrinks: a worker's buffers
 // settle at the largest request it has served).
@@ -85,6 +107,42 @@ std::string PolicyName(const EngineSelection& s) {
                       s.blocklist.empty() ? "" : absl::StrCat("/blocked", s.blocklist.size()));
 }
 
+absl::StatusOr<std::string> PrivateStoreDirectory() {
+  const char* tmp = std::getenv("TMPDIR");
+  std::string pattern = absl::StrCat(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp",
+                                     "/convserve-plans-XXXXXX");
+  if (mkdtemp(pattern.data()) == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot create a temporary plan store: ", std::strerror(errno)));
+  }
+  return pattern;
+}
+
+// Records which candidate an in-process search is running, so a fault that
+// kills the context can still be blamed on it; vetoes quarantined ones.
+class InProcessObserver : public SearchObserver {
+ public:
+  InProcessObserver(PlanStore* store, std::string target_key, const ConvLayerProblem& problem)
+      : store_(store), target_key_(std::move(target_key)), problem_(problem) {}
+  std::optional<std::string> Quarantined(const EngineConfigId& id) override {
+    return store_->Get("quarantine", QuarantineKey(target_key_, problem_, id));
+  }
+  void OnTry(const EngineConfigId& id) override { in_flight_ = id; }
+  void OnResult(const CandidateResult& result) override {
+    in_flight_.reset();
+    if (!result.ok && result.detail.rfind("quarantined", 0) == 0) ++vetoed_;
+  }
+  const std::optional<EngineConfigId>& in_flight() const { return in_flight_; }
+  int64_t vetoed() const { return vetoed_; }
+
+ private:
+  PlanStore* store_;
+  const std::string target_key_;
+  const ConvLayerProblem& problem_;
+  std::optional<EngineConfigId> in_flight_;
+  int64_t vetoed_ = 0;
+};
+
 }  // namespace
 
 DevicePool::DevicePool(const DevicePoolOptions& options)
@@ -107,13 +165,25 @@ absl::StatusOr<std::unique_ptr<DevicePool>> DevicePool::Create(const DevicePoolO
     for (int d = 0; d < CudaDeviceCount(); ++d) ordinals.push_back(d);
   }
   if (ordinals.empty()) return absl::FailedPreconditionError("no CUDA device is visible");
-  std::unique_ptr<DevicePool> pool(new DevicePool(options));
+  DevicePoolOptions resolved = options;
+  if (resolved.selection.errata == nullptr) {
+    ASSIGN_OR_RETURN(resolved.selection.errata, CudnnErrata::Create(resolved.errata_file));
+  }
+  std::unique_ptr<DevicePool> pool(new DevicePool(resolved));
+  std::string store_directory = options.plan_cache_dir;
+  if (store_directory.empty()) {
+    ASSIGN_OR_RETURN(store_directory, PrivateStoreDirectory());
+    spdlog::info("no --plan_cache_dir: quarantine verdicts are kept in {} for this process only",
+                 store_directory);
+  }
+  ASSIGN_OR_RETURN(pool->store_, PlanStore::Open(store_directory));
   for (size_t slot = 0; slot < ordinals.size(); ++slot) {
     ASSIGN_OR_RETURN(CudnnVersions versions, CheckCudnnRuntime(ordinals[slot]));
     auto device = std::make_unique<Device>();
     device->ordinal = ordinals[slot];
     device->slot = static_cast<int>(slot);
     device->name = versions.device_name;
+    device->target = versions.target();
     cudaDeviceProp properties;
     CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&properties, device->ordinal));
     device->uuid = "GPU-";
@@ -130,6 +200,22 @@ absl::StatusOr<std::unique_ptr<DevicePool>> DevicePool::Create(const DevicePoolO
                          {"cuda_driver", VersionString(versions.driver_cuda, false)},
                          {"backend", "cudnn"}};
     }
+    if (!options.prober_binary.empty()) {
+      ProberLaunch launch;
+      launch.device = device->ordinal;
+      launch.selection = resolved.selection;
+      launch.errata_file = options.errata_file;
+      launch.store_directory = store_directory;
+      launch.testing_fault_rank = options.testing_fault_candidate_rank;
+      launch.log_level = options.prober_log_level;
+      EngineProberOptions prober;
+      prober.binary = options.prober_binary;
+      prober.arguments = ProberArguments(launch);
+      prober.candidate_timeout = options.prober_candidate_timeout;
+      prober.idle_timeout = options.prober_idle_timeout;
+      prober.label = absl::StrCat("GPU ", device->ordinal);
+      ASSIGN_OR_RETURN(device->prober, EngineProber::Create(prober, pool->store_.get()));
+    }
     // NVIDIA's advice for per-thread handles: one synchronous cudnnCreate
     // first, then each thread creates its own.
     CUDA_RETURN_IF_ERROR(cudaSetDevice(device->ordinal));
@@ -143,6 +229,7 @@ absl::StatusOr<std::unique_ptr<DevicePool>> DevicePool::Create(const DevicePoolO
       for (CudaEvent& event : worker->events) {
         ASSIGN_OR_RETURN(event, CudaEvent::Create());
       }
+      ASSIGN_OR_RETURN(worker->layer_done, CudaEvent::Create());
       device->workers.push_back(std::move(worker));
     }
     pool->devices_.push_back(std::move(device));
@@ -171,7 +258,17 @@ std::string DevicePool::Describe() const {
   for (const auto& device : devices_) gpus.push_back(absl::StrCat(device->ordinal, " ", device->name));
   return absl::StrCat("GPU device pool: ", absl::StrJoin(gpus, ", "), "; ",
                       options_.workers_per_device, " workers per GPU; engine selection ",
-                      policy_);
+                      policy_, "; ", options_.selection.errata->size(), " cuDNN errata rules; ",
+                      options_.prober_binary.empty()
+                          ? "engine searches IN-PROCESS (no prober: a faulting candidate "
+                            "loses the GPU)"
+                          : absl::StrCat("engine searches in ", options_.prober_binary),
+                      "; plan store ", store_->directory());
+}
+
+bool DevicePool::healthy() const {
+  return std::any_of(devices_.begin(), devices_.end(),
+                     [](const auto& device) { return !device->lost.load(); });
 }
 
 absl::Status DevicePool::AddGraph(const std::shared_ptr<const Graph>& graph) {
@@ -187,6 +284,10 @@ absl::Status DevicePool::AddGraph(const std::shared_ptr<const Graph>& graph) {
   auto resources = std::make_shared<GraphResources>();
   resources->graph = graph;
   for (const auto& device : devices_) {
+    if (device->lost.load()) {
+      resources->weights.push_back(nullptr);
+      continue;
+    }
     absl::StatusOr<std::unique_ptr<DeviceWeights>> weights =
         DeviceWeights::Upload(*graph, device->ordinal);
     if (!weights.ok()) {
@@ -210,9 +311,7 @@ void DevicePool::RemoveGraph(const std::string& graph_id) {
     // Queued and running requests hold the resources until they finish.
     graphs_.erase(graph_id);
   }
-  const auto of_graph = [&](const PlanKey& key) { return key.graph_id == graph_id; };
-  plans_.EraseIf(of_graph);
-  choices_.EraseIf(of_graph);
+  plans_.EraseIf([&](const PlanKey& key) { return key.graph_id == graph_id; });
 }
 
 void DevicePool::Submit(InferCall call) {
@@ -243,10 +342,24 @@ void DevicePool::Submit(InferCall call) {
   task->call = std::move(call);
   task->resources = std::move(resources);
   task->accepted = absl::Now();
-  // Least outstanding work; ties go to the lower slot.
-  Device* target = devices_[0].get();
+  Route(std::move(task));
+}
+
+void DevicePool::Route(std::unique_ptr<Task> task) {
+  // Least outstanding work among healthy GPUs; ties go to the lower slot.
+  Device* target = nullptr;
   for (const auto& device : devices_) {
-    if (device->outstanding.load() < target->outstanding.load()) target = device.get();
+    if (device->lost.load()) continue;
+    if (target == nullptr || device->outstanding.load() < target->outstanding.load()) {
+      target = device.get();
+    }
+  }
+  if (target == nullptr) {
+    task->call.done(absl::UnavailableError(
+                        "no healthy GPU is left (each lost its CUDA context; see the server "
+                        "log); the server is restarting"),
+                    {}, {});
+    return;
   }
   const int64_t cost = task->cost;
   {
@@ -284,21 +397,60 @@ RunnerStats DevicePool::Stats() const {
     d.name = device->name;
     d.completed = device->completed.load();
     d.failed = device->failed.load();
+    d.healthy = !device->lost.load();
+    d.faults = d.healthy ? 0 : 1;
     {
       absl::MutexLock lock(&device->mu);
       d.queued = static_cast<int64_t>(device->queue.size());
       d.running = device->running;
     }
     size_t free = 0, total = 0;
-    if (cudaSetDevice(device->ordinal) == cudaSuccess && cudaMemGetInfo(&free, &total) == cudaSuccess) {
+    if (d.healthy && cudaSetDevice(device->ordinal) == cudaSuccess &&
+        cudaMemGetInfo(&free, &total) == cudaSuccess) {
       d.memory_used_bytes = static_cast<int64_t>(total - free);
       d.memory_total_bytes = static_cast<int64_t>(total);
     }
     stats.devices.push_back(d);
+    if (device->prober != nullptr) {
+      const EngineProberStats p = device->prober->stats();
+      stats.engine_search.prober_starts += p.starts;
+      stats.engine_search.quarantined += p.quarantined;
+      stats.engine_search.vetoed += p.vetoed;
+    }
+  }
+  stats.engine_search.searches += in_process_searches_.load();
+  stats.engine_search.quarantined += in_process_quarantined_.load();
+  stats.engine_search.vetoed += in_process_vetoed_.load();
+  for (const auto& device : devices_) {
+    if (device->prober != nullptr) stats.engine_search.searches += device->prober->stats().searches;
   }
   stats.plans = plans_.stats();
   stats.versions = versions_;
   return stats;
+}
+
+void DevicePool::MarkFailed(Device& device, const std::string& error) {
+  if (device.lost.exchange(true)) return;
+  int healthy = 0;
+  for (const auto& d : devices_) healthy += d->lost.load() ? 0 : 1;
+  spdlog::critical("GPU {} ({}) lost its CUDA context and stops serving: {}; {} healthy GPU(s) "
+                   "left",
+                   device.ordinal, device.name, error, healthy);
+  // Its waiting requests go to the GPUs still serving (or are answered).
+  std::deque<std::unique_ptr<Task>> waiting;
+  {
+    absl::MutexLock lock(&device.mu);
+    waiting.swap(device.queue);
+  }
+  for (std::unique_ptr<Task>& task : waiting) {
+    device.outstanding -= task->cost;
+    Route(std::move(task));
+  }
+  DeviceFailure failure;
+  failure.device = absl::StrCat(device.ordinal);
+  failure.error = error;
+  failure.healthy_devices = healthy;
+  ReportDeviceFailure(failure);
 }
 
 void DevicePool::WorkerLoop(Device* device, Worker* worker) {
@@ -317,23 +469,88 @@ void DevicePool::WorkerLoop(Device* device, Worker* worker) {
       device->queue.pop_front();
       ++device->running;
     }
-    Shape output_shape;
-    InferTimings timings;
-    timings.device = absl::StrCat(device->ordinal);
-    absl::Status status = Execute(*device, *worker, *task, &output_shape, &timings);
-    if (!status.ok()) task->call.output->clear();  // never a partial result
-    (status.ok() ? device->completed : device->failed)++;
-    task->call.done(status, output_shape, timings);
-    device->outstanding -= task->cost;
-    task.reset();  // releases the graph's resources (maybe the last holder)
+    if (device->lost.load()) {
+      // Queued just before the GPU failed: another GPU runs it.
+      device->outstanding -= task->cost;
+      Route(std::move(task));
+    } else {
+      Shape output_shape;
+      InferTimings timings;
+      timings.device = absl::StrCat(device->ordinal);
+      absl::Status status = Execute(*device, *worker, *task, &output_shape, &timings);
+      const cudaError_t lost = StickyCudaError(status, worker->stream.get());
+      if (lost != cudaSuccess || (!status.ok() && device->lost.load())) {
+        const std::string error = absl::StrCat(
+            lost != cudaSuccess ? cudaGetErrorName(lost) : "context already lost", " while "
+            "running graph '", task->call.graph->name(), "' input ",
+            ShapeToString(task->call.input_shape),
+            task->engines.empty() ? "" : absl::StrCat(" (", task->engines, ")"), ": ",
+            status.message());
+        MarkFailed(*device, error);
+        status = absl::UnavailableError(absl::StrCat(
+            "GPU ", device->ordinal, " failed while running this request (",
+            lost != cudaSuccess ? cudaGetErrorName(lost) : "context lost",
+            "); it takes no more requests. Retry: healthy GPUs, or the restarted server, "
+            "serve it"));
+      }
+      if (!status.ok()) task->call.output->clear();  // never a partial result
+      (status.ok() ? device->completed : device->failed)++;
+      task->call.done(status, output_shape, timings);
+      device->outstanding -= task->cost;
+      task.reset();  // releases the graph's resources (maybe the last holder)
+    }
     absl::MutexLock lock(&device->mu);
     --device->running;
   }
 }
 
+absl::StatusOr<EngineChoice> DevicePool::SearchEngine(Device& device, Worker& worker,
+                                                      const ConvLayerProblem& problem,
+                                                      std::optional<ConvLayerPlan>* searched) {
+  SearchReport report;
+  if (device.prober != nullptr) {
+    ASSIGN_OR_RETURN(report, device.prober->Search(problem));
+  } else {
+    ++in_process_searches_;
+    ConvLayerPlanner planner(worker.handle.get(), options_.selection, device.target);
+    InProcessObserver observer(store_.get(), device.target.Key(), problem);
+    SearchOptions search;
+    search.testing_fault_rank = options_.testing_fault_candidate_rank;
+    absl::StatusOr<SearchReport> found =
+        SearchEngines(planner, worker.stream.get(), problem, search, &observer, searched);
+    in_process_vetoed_ += observer.vetoed();
+    if (!found.ok()) {
+      if (StickyCudaError(found.status(), worker.stream.get()) != cudaSuccess &&
+          observer.in_flight().has_value()) {
+        // This process lost the GPU; the next one must not repeat it.
+        const EngineConfigId& id = *observer.in_flight();
+        ++in_process_quarantined_;
+        absl::Status stored =
+            store_->Put("quarantine", QuarantineKey(device.target.Key(), problem, id),
+                        absl::StrCat("faulted in-process: ", found.status().message()));
+        spdlog::error("engine candidate {} quarantined on GPU {} for {}: {}{}", id.ToString(),
+                      device.ordinal, problem.Describe(), std::string(found.status().message()),
+                      stored.ok() ? "" : absl::StrCat(" (not persisted: ", stored.message(), ")"));
+      }
+      return found.status();
+    }
+    report = *std::move(found);
+  }
+  EngineChoice choice;
+  choice.ranked = report.Ranked();
+  if (choice.ranked.empty()) {
+    return absl::UnimplementedError(absl::StrCat("no cuDNN engine runs layer ",
+                                                 problem.Describe(), ": ", report.Summary()));
+  }
+  for (const CandidateResult& result : report.results) {
+    if (result.id == choice.ranked.front()) choice.best_ms = result.ms;
+  }
+  return choice;
+}
+
 absl::StatusOr<std::shared_ptr<ConvLayerPlan>> DevicePool::LayerPlan(
     Device& device, Worker& worker, const Graph& graph, size_t layer,
-    const ConvLayerProblem& problem, const ConvLayerBuffers& buffers) {
+    const ConvLayerProblem& problem) {
   PlanKey key;
   key.graph_id = graph.id();
   key.layer = static_cast<int>(layer);
@@ -359,44 +576,59 @@ absl::StatusOr<std::shared_ptr<ConvLayerPlan>> DevicePool::LayerPlan(
         pool->ReportPlanBuild(*event);
       }
     } reporter{this, &event, build_start};
-    ConvLayerPlanner planner(worker.handle.get(), worker.stream.get(), options_.selection);
-    // The choice is shared by every worker and GPU of this model.
-    PlanKey choice_key = key;
+    // The choice is shared by every graph, worker and GPU of this model
+    // with the same layer problem.
+    PlanKey choice_key;
+    choice_key.graph_id = absl::StrCat("problem:", problem.Encode());
+    choice_key.layer = -1;
+    choice_key.input_shape = problem.input;
+    choice_key.dtype = problem.dtype;
     choice_key.device = -1;
     choice_key.worker = -1;
-    choice_key.policy = absl::StrCat(policy_, "/", device.name);
+    choice_key.policy = absl::StrCat(policy_, "/", device.target.Key());
     std::optional<ConvLayerPlan> searched;
     ASSIGN_OR_RETURN(
         std::shared_ptr<EngineChoice> choice,
         choices_.GetOrBuild(choice_key, [&]() -> absl::StatusOr<PlanCache<EngineChoice>::Built> {
           const absl::Time start = absl::Now();
-          ASSIGN_OR_RETURN(ConvLayerPlan plan, planner.Build(problem, buffers));
-          spdlog::info("plan built: graph '{}' layers[{}] {} on GPU {}: {} path, engine {}, "
-                       "workspace {} B, {} in {:.1f} ms",
+          ASSIGN_OR_RETURN(EngineChoice found, SearchEngine(device, worker, problem, &searched));
+          spdlog::info("engine chosen: graph '{}' layers[{}] {} on GPU {}: {}{}, {} passed, {} "
+                       "search {} in {:.1f} ms",
                        graph.name(), layer, problem.Describe(), device.ordinal,
-                       LayerPathName(plan.path()), plan.engine_index(), plan.workspace_bytes(),
-                       EngineSearchName(options_.selection.search),
+                       found.ranked.front().ToString(),
+                       found.best_ms > 0 ? absl::StrFormat(" (%.4f ms)", found.best_ms) : "",
+                       found.ranked.size(), EngineSearchName(options_.selection.search),
+                       device.prober != nullptr ? "in prober" : "in-process",
                        absl::ToDoubleMilliseconds(absl::Now() - start));
-          auto chosen = std::make_shared<EngineChoice>(EngineChoice{plan.path(), plan.engine_index()});
-          searched = std::move(plan);
-          return PlanCache<EngineChoice>::Built{std::move(chosen), sizeof(EngineChoice)};
+          return PlanCache<EngineChoice>::Built{std::make_shared<EngineChoice>(std::move(found)),
+                                                sizeof(EngineChoice)};
         }));
-    ConvLayerPlan plan;
-    if (searched.has_value()) {
-      plan = std::move(*searched);
+    std::optional<ConvLayerPlan> plan;
+    if (searched.has_value() && searched->id() == choice->ranked.front()) {
+      plan = std::move(searched);
     } else {
-      absl::StatusOr<ConvLayerPlan> rebuilt =
-          planner.BuildChosen(problem, choice->path, choice->engine_index);
-      if (absl::IsNotFound(rebuilt.status())) rebuilt = planner.Build(problem, buffers);
-      if (!rebuilt.ok()) return rebuilt.status();
-      plan = *std::move(rebuilt);
+      std::string reasons;
+      ConvLayerPlanner planner(worker.handle.get(), options_.selection, device.target);
+      for (const EngineConfigId& id : choice->ranked) {
+        absl::StatusOr<ConvLayerPlan> built = planner.BuildConfig(problem, id);
+        if (built.ok()) {
+          built->set_measured_ms(id == choice->ranked.front() ? choice->best_ms : 0);
+          plan = *std::move(built);
+          break;
+        }
+        absl::StrAppend(&reasons, "; ", id.ToString(), ": ", built.status().message());
+      }
+      if (!plan.has_value()) {
+        return absl::InternalError(absl::StrCat("no engine the search passed builds here for ",
+                                                problem.Describe(), reasons));
+      }
     }
     event.ok = true;
-    event.path = LayerPathName(plan.path());
+    event.path = LayerPathName(plan->path());
     // Host descriptors are small next to the workspace the plan will need.
     constexpr int64_t kPlanHostBytes = 16 << 10;
-    const int64_t bytes = plan.workspace_bytes() + kPlanHostBytes;
-    return PlanCache<ConvLayerPlan>::Built{std::make_shared<ConvLayerPlan>(std::move(plan)),
+    const int64_t bytes = plan->workspace_bytes() + kPlanHostBytes;
+    return PlanCache<ConvLayerPlan>::Built{std::make_shared<ConvLayerPlan>(*std::move(plan)),
                                            bytes};
   });
 }
@@ -406,7 +638,8 @@ absl::Status DevicePool::Execute(Device& device, Worker& worker, Task& task,
   const InferCall& call = task.call;
   absl::Time start = absl::Now();
   timings->queue = Seconds(start - task.accepted);
-  if (call.cancelled && call.cancelled()) {
+  const auto cancelled = [&] { return call.cancelled && call.cancelled(); };
+  if (cancelled()) {
     return absl::CancelledError(
         "the client cancelled or the deadline passed before the request ran");
   }
@@ -425,6 +658,19 @@ absl::Status DevicePool::Execute(Device& device, Worker& worker, Task& task,
   RETURN_IF_ERROR(Grow(&worker.staging_out, out_bytes));
   const DeviceWeights& weights = *task.resources->weights[device.slot];
 
+  // Held for the whole request: a plan in use is never evicted.
+  std::vector<std::shared_ptr<ConvLayerPlan>> plans;
+  int64_t workspace = 0;
+  for (size_t i = 0; i < problems.size(); ++i) {
+    ASSIGN_OR_RETURN(std::shared_ptr<ConvLayerPlan> plan,
+                     LayerPlan(device, worker, graph, i, problems[i]));
+    workspace = std::max(workspace, plan->workspace_bytes());
+    absl::StrAppend(&task.engines, i == 0 ? "" : ", ", "layers[", i, "] ", plan->id().ToString());
+    plans.push_back(std::move(plan));
+  }
+  RETURN_IF_ERROR(Grow(&worker.workspace, workspace));
+  timings->build = Seconds(absl::Now() - start);
+
   const auto buffers_for = [&](size_t i) {
     ConvLayerBuffers b;
     b.x = i == 0 ? worker.input.data() : (i % 2 == 1 ? worker.ping.data() : worker.pong.data());
@@ -434,17 +680,6 @@ absl::Status DevicePool::Execute(Device& device, Worker& worker, Task& task,
     b.workspace = worker.workspace.data();
     return b;
   };
-  // Held for the whole request: a plan in use is never evicted.
-  std::vector<std::shared_ptr<ConvLayerPlan>> plans;
-  int64_t workspace = 0;
-  for (size_t i = 0; i < problems.size(); ++i) {
-    ASSIGN_OR_RETURN(std::shared_ptr<ConvLayerPlan> plan,
-                     LayerPlan(device, worker, graph, i, problems[i], buffers_for(i)));
-    workspace = std::max(workspace, plan->workspace_bytes());
-    plans.push_back(std::move(plan));
-  }
-  RETURN_IF_ERROR(Grow(&worker.workspace, workspace));
-  timings->build = Seconds(absl::Now() - start);
 
   // Host copy 1 of 2: the request's bytes into pinned staging, so the H2D
   // copy is a true async DMA.
@@ -456,10 +691,32 @@ absl::Status DevicePool::Execute(Device& device, Worker& worker, Task& task,
   CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(worker.input.data(), worker.staging_in.data(),
                                        call.input.size(), cudaMemcpyHostToDevice, stream));
   CUDA_RETURN_IF_ERROR(cudaEventRecord(worker.events[1].get(), stream));
+  if (!options_.testing_fault_graph.empty() && graph.name() == options_.testing_fault_graph) {
+    task.engines = "testing fault hook (--testing_fault_graph)";
+    RETURN_IF_ERROR(LaunchMisalignedWriteForTesting(worker.input.data(), stream));
+  }
+  // Layers are queued ahead of the GPU, but never much more than
+  // kMaxQueuedAheadMs of work: then the worker waits for it and checks for
+  // cancellation, so a cancelled request stops at a layer boundary.
+  double queued_ms = 0;
   for (size_t i = 0; i < problems.size(); ++i) {
+    if (i > 0 && cancelled()) {
+      CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));  // the staging buffers are reused
+      return absl::CancelledError(absl::StrCat("the client cancelled or the deadline passed; "
+                                               "stopped after layer ", i, " of ",
+                                               problems.size()));
+    }
     const ConvLayerBuffers buffers = buffers_for(i);
     if (!plans[i]->IsBoundTo(buffers)) RETURN_IF_ERROR(plans[i]->Bind(problems[i], buffers));
     RETURN_IF_ERROR(plans[i]->RunBound(worker.handle.get(), stream, problems[i]));
+    queued_ms += plans[i]->measured_ms() > 0
+                     ? plans[i]->measured_ms()
+                     : static_cast<double>(problems[i].MacCount()) / kAssumedMacsPerMs;
+    if (queued_ms >= kMaxQueuedAheadMs && i + 1 < problems.size()) {
+      CUDA_RETURN_IF_ERROR(cudaEventRecord(worker.layer_done.get(), stream));
+      CUDA_RETURN_IF_ERROR(cudaEventSynchronize(worker.layer_done.get()));
+      queued_ms = 0;
+    }
   }
   CUDA_RETURN_IF_ERROR(cudaEventRecord(worker.events[2].get(), stream));
   CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(worker.staging_out.data(),

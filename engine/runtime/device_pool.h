@@ -1,14 +1,22 @@
 // The GPU runtime: W worker threads per GPU, each owning a cuDNN handle, a
 // non-blocking stream, a workspace and activation buffers that grow on
 // demand, pinned staging buffers and CUDA events; a scheduler that sends
-// each request to the GPU with the least outstanding work; and caches of
-// engine choices, plans and per-GPU weights.
+// each request to the healthy GPU with the least outstanding work; and
+// caches of engine choices, plans and per-GPU weights.
 //
 // Plans are per worker: cuDNN execution plans have known thread-safety
 // limits when shared across threads (PyTorch keeps them thread-local for the
-// same reason). The expensive part, choosing the engine (autotune), is done
-// once per (layer, shape, policy, GPU model) and shared; each further worker
-// only finalizes the chosen engine. docs/runtime.md has the measurements.
+// same reason). The expensive part, choosing the engine, is done once per
+// (layer problem, policy, GPU model) and shared; each further worker only
+// finalizes the chosen engine configuration. docs/runtime.md has the
+// measurements.
+//
+// Engine searches run in a prober process per GPU (EngineProber), so a
+// candidate that faults cannot take the server down; it is quarantined in
+// the plan store instead. A GPU whose context is lost anyway (a sticky CUDA
+// error while serving) is marked failed: its queued requests move to healthy
+// GPUs and the failure observer hears of it (the server turns health
+// NOT_SERVING and exits when none is left).
 //
 // Thread-safe.
 #ifndef CONVSERVE_ENGINE_RUNTIME_DEVICE_POOL_H_
@@ -26,10 +34,13 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "engine/cudnn/conv_layer_plan.h"
 #include "engine/cudnn/device_weights.h"
 #include "engine/cudnn/engine_selection.h"
+#include "engine/runtime/engine_prober.h"
 #include "engine/runtime/plan_cache.h"
+#include "engine/runtime/plan_store.h"
 #include "engine/runtime/request_runner.h"
 
 namespace convserve {
@@ -41,16 +52,39 @@ struct DevicePoolOptions {
   int workers_per_device = 2;
   // Requests waiting per GPU before new ones get RESOURCE_EXHAUSTED.
   int max_queued_per_device = 256;
-  // Engine search and filters.
+  // Engine search and filters; a null errata means the shipped list.
   EngineSelection selection;
+  // Operator errata file `selection.errata` was loaded from (the prober
+  // loads it too); empty for the shipped list only.
+  std::string errata_file;
   // Bounds of the plan cache (per-worker plans).
   PlanCacheOptions plan_cache;
+  // The convserve-prober executable that runs engine searches, one process
+  // per GPU. Empty runs them in this process: a candidate that faults then
+  // loses the GPU (it is still quarantined for the next start).
+  std::string prober_binary;
+  // The plan store directory (quarantine verdicts, kept across restarts);
+  // empty keeps them in a private temporary directory for this process.
+  std::string plan_cache_dir;
+  // How long one candidate may run in the prober before it counts as hung.
+  absl::Duration prober_candidate_timeout = absl::Seconds(120);
+  // A prober idle this long exits (freeing its GPU memory).
+  absl::Duration prober_idle_timeout = absl::Seconds(60);
+  // Log level name for the probers.
+  std::string prober_log_level = "info";
+  // Test hooks. A request for the graph of this name makes a misaligned
+  // write on its GPU (a sticky CUDA error); the prober candidate at this rank
+  // faults the prober's context. Empty / -1: off.
+  std::string testing_fault_graph;
+  int testing_fault_candidate_rank = -1;
 };
 
-// What an engine search decided for one layer and shape on one GPU model.
+// What an engine search decided for one layer problem on one GPU model.
 struct EngineChoice {
-  LayerPath path = LayerPath::kFused;
-  int64_t engine_index = -1;
+  // Configurations that passed, best first (the fastest, when autotuned).
+  std::vector<EngineConfigId> ranked;
+  // Median ms of ranked[0] when timed, else 0.
+  float best_ms = 0;
 };
 
 class DevicePool : public RequestRunner {
@@ -64,6 +98,7 @@ class DevicePool : public RequestRunner {
   void Drain() override;
   std::string Describe() const override;
   RunnerStats Stats() const override;
+  bool healthy() const override;
 
   PlanCacheStats plan_stats() const { return plans_.stats(); }
   PlanCacheStats choice_stats() const { return choices_.stats(); }
@@ -77,16 +112,25 @@ class DevicePool : public RequestRunner {
   explicit DevicePool(const DevicePoolOptions& options);
 
   void WorkerLoop(Device* device, Worker* worker);
+  // Queues `task` on the healthy GPU with the least outstanding work, or
+  // answers it (UNAVAILABLE: no healthy GPU; RESOURCE_EXHAUSTED: queue full).
+  void Route(std::unique_ptr<Task> task);
   absl::Status Execute(Device& device, Worker& worker, Task& task, Shape* output_shape,
                        InferTimings* timings);
   absl::StatusOr<std::shared_ptr<ConvLayerPlan>> LayerPlan(Device& device, Worker& worker,
                                                            const Graph& graph, size_t layer,
-                                                           const ConvLayerProblem& problem,
-                                                           const ConvLayerBuffers& buffers);
+                                                           const ConvLayerProblem& problem);
+  absl::StatusOr<EngineChoice> SearchEngine(Device& device, Worker& worker,
+                                            const ConvLayerProblem& problem,
+                                            std::optional<ConvLayerPlan>* searched);
+  // Marks `device` failed after a sticky CUDA error (once), moves its queue
+  // to healthy GPUs and tells the failure observer.
+  void MarkFailed(Device& device, const std::string& error);
 
   const DevicePoolOptions options_;
   std::map<std::string, std::string> versions_;
   std::string policy_;  // engine selection, part of every key
+  std::unique_ptr<PlanStore> store_;
   std::vector<std::unique_ptr<Device>> devices_;
   PlanCache<EngineChoice> choices_;
   PlanCache<ConvLayerPlan> plans_;
@@ -97,6 +141,10 @@ class DevicePool : public RequestRunner {
   absl::flat_hash_map<std::string, int> graph_refs_ ABSL_GUARDED_BY(graphs_mu_);
 
   std::atomic<bool> accepting_{true};
+  // Engine searches run in this process (no prober) and their verdicts.
+  std::atomic<int64_t> in_process_searches_{0};
+  std::atomic<int64_t> in_process_quarantined_{0};
+  std::atomic<int64_t> in_process_vetoed_{0};
 };
 
 }  // namespace convserve

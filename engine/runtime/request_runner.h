@@ -5,6 +5,7 @@
 #define CONVSERVE_ENGINE_RUNTIME_REQUEST_RUNNER_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -32,6 +33,23 @@ struct DeviceStats {
   // GPU memory; 0 for the CPU.
   int64_t memory_used_bytes = 0;
   int64_t memory_total_bytes = 0;
+  // False once the device's CUDA context was lost (a sticky error): it takes
+  // no more requests until the process restarts.
+  bool healthy = true;
+  // Sticky CUDA errors seen on it (0 or 1: the first one ends its service).
+  int64_t faults = 0;
+};
+
+// Engine searches and their containment (GPU runners).
+struct EngineSearchStats {
+  // Searches run (in prober processes or in-process).
+  int64_t searches = 0;
+  // Prober processes started.
+  int64_t prober_starts = 0;
+  // Candidates quarantined: they faulted, crashed or hung the prober.
+  int64_t quarantined = 0;
+  // Candidates not run because an earlier verdict quarantined them.
+  int64_t vetoed = 0;
 };
 
 struct RunnerStats {
@@ -40,6 +58,17 @@ struct RunnerStats {
   PlanCacheStats plans;
   // Library versions for the build-info metric, e.g. {"cudnn_runtime", "9.14.0"}.
   std::map<std::string, std::string> versions;
+  EngineSearchStats engine_search;
+};
+
+// A device lost its CUDA context while serving.
+struct DeviceFailure {
+  // "0", "1", ...
+  std::string device;
+  // The CUDA error and what was running.
+  std::string error;
+  // Devices still serving after this one failed.
+  int healthy_devices = 0;
 };
 
 // A plan finished building (or failed to).
@@ -72,6 +101,9 @@ class RequestRunner {
   // For the start-up log.
   virtual std::string Describe() const = 0;
 
+  // False when no device can serve any more (every GPU failed).
+  virtual bool healthy() const { return true; }
+
   // A snapshot for metrics; called from the metrics thread.
   virtual RunnerStats Stats() const = 0;
 
@@ -80,14 +112,23 @@ class RequestRunner {
   void set_plan_build_observer(std::function<void(const PlanBuildEvent&)> observer) {
     plan_build_observer_ = std::move(observer);
   }
+  // Called from the worker that saw a device fail; set once before traffic
+  // starts.
+  void set_device_failure_observer(std::function<void(const DeviceFailure&)> observer) {
+    device_failure_observer_ = std::move(observer);
+  }
 
  protected:
   void ReportPlanBuild(const PlanBuildEvent& event) const {
     if (plan_build_observer_) plan_build_observer_(event);
   }
+  void ReportDeviceFailure(const DeviceFailure& failure) const {
+    if (device_failure_observer_) device_failure_observer_(failure);
+  }
 
  private:
   std::function<void(const PlanBuildEvent&)> plan_build_observer_;
+  std::function<void(const DeviceFailure&)> device_failure_observer_;
 };
 
 }  // namespace convserve

@@ -24,9 +24,14 @@ import sys
 import urllib.parse
 import urllib.request
 
-# Exported only by the GPU backend (server_metrics.cc adds them when a device
-# reports its memory), so a CPU server's page lacks them.
-GPU_ONLY = {"convserve_gpu_memory_used_bytes", "convserve_gpu_memory_total_bytes"}
+# Exported only by the GPU backend (server_metrics.cc adds them for GPU
+# devices), so a CPU server's page lacks them.
+GPU_ONLY = {
+    "convserve_gpu_memory_used_bytes", "convserve_gpu_memory_total_bytes",
+    "convserve_gpu_faults_total", "convserve_gpu_healthy", "convserve_engine_searches_total",
+    "convserve_engine_prober_starts_total", "convserve_engine_candidates_quarantined_total",
+    "convserve_engine_candidates_vetoed_total",
+}
 
 # What the dashboard must show (issue 5): latency quantiles from the
 # histograms, throughput and errors, the plan cache hit ratio, plan builds,

@@ -1,0 +1,170 @@
+#include "engine/cudnn/candidate_search.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "engine/cudnn/cuda_resources.h"
+#include "engine/cudnn/cudnn_status.h"
+#include "engine/cudnn/probe_buffers.h"
+#include "engine/status_macros.h"
+
+namespace convserve {
+namespace {
+
+// Back-to-back runs per timed sample, so launch gaps do not swamp kernels of
+// a few microseconds; the median sample resists clock and cache noise.
+constexpr int kRunsPerSample = 8;
+
+std::vector<LayerPath> PathsOf(const ConvLayerProblem& problem) {
+  if (!problem.needs_epilogue()) return {LayerPath::kFused};
+  if (problem.dtype == DType::kFloat32) return {LayerPath::kFused, LayerPath::kUnfused};
+  return {LayerPath::kFused, LayerPath::kUnfused, LayerPath::kUnfusedRounding};
+}
+
+class CandidateRunner {
+ public:
+  CandidateRunner(ConvLayerPlanner& planner, cudaStream_t stream, const ConvLayerProblem& problem,
+                  ProbeBuffers& buffers)
+      : planner_(planner), stream_(stream), problem_(problem), buffers_(buffers) {}
+
+  // Runs one candidate. A non-OK status means the device is lost (sticky
+  // error); otherwise `result` says whether the candidate passed.
+  absl::Status Run(CandidateSet& set, size_t index, bool fault_for_testing,
+                   CandidateResult* result, std::optional<ConvLayerPlan>* plan_out) {
+    result->id = set.candidates[index].id;
+    absl::StatusOr<ConvLayerPlan> plan = planner_.Finalize(problem_, set, index);
+    if (!plan.ok()) return Reject(result, "does not finalize: ", plan.status());
+    result->workspace_bytes = plan->workspace_bytes();
+    RETURN_IF_ERROR(buffers_.ReserveWorkspace(plan->workspace_bytes()));
+    if (fault_for_testing) {
+      RETURN_IF_ERROR(LaunchMisalignedWriteForTesting(buffers_.buffers().y, stream_));
+      CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+    }
+    RETURN_IF_ERROR(plan->Bind(problem_, buffers_.buffers()));
+    RETURN_IF_ERROR(buffers_.PoisonOutput());
+    absl::Status ran = plan->RunBound(planner_.handle(), stream_, problem_);
+    if (ran.ok()) {
+      const cudaError_t synced = cudaStreamSynchronize(stream_);
+      if (synced != cudaSuccess) ran = CudaError(synced, "running the candidate", __FILE__, __LINE__);
+    }
+    if (StickyCudaError(ran, stream_) != cudaSuccess) return ran;
+    if (!ran.ok()) return Reject(result, "fails to run: ", ran);
+    absl::Status checked = buffers_.Check(/*check_output=*/true);
+    if (StickyCudaError(checked, stream_) != cudaSuccess) return checked;
+    if (!checked.ok()) return Reject(result, "", checked);
+
+    if (planner_.selection().search == EngineSearch::kAutotune) {
+      absl::StatusOr<float> ms = Time(*plan);
+      if (StickyCudaError(ms.status(), stream_) != cudaSuccess) return ms.status();
+      if (!ms.ok()) return Reject(result, "fails while timed: ", ms.status());
+      checked = buffers_.Check(/*check_output=*/false);
+      if (StickyCudaError(checked, stream_) != cudaSuccess) return checked;
+      if (!checked.ok()) return Reject(result, "while timed: ", checked);
+      result->ms = *ms;
+      plan->set_measured_ms(*ms);
+    }
+    result->ok = true;
+    *plan_out = *std::move(plan);
+    return absl::OkStatus();
+  }
+
+ private:
+  static absl::Status Reject(CandidateResult* result, absl::string_view prefix,
+                             const absl::Status& why) {
+    result->ok = false;
+    result->detail = absl::StrCat(prefix, why.message());
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<float> Time(const ConvLayerPlan& plan) {
+    ASSIGN_OR_RETURN(CudaEvent start, CudaEvent::Create());
+    ASSIGN_OR_RETURN(CudaEvent stop, CudaEvent::Create());
+    std::vector<float> times;
+    for (int i = 0; i < std::max(planner_.selection().autotune_iterations, 1); ++i) {
+      CUDA_RETURN_IF_ERROR(cudaEventRecord(start.get(), stream_));
+      for (int r = 0; r < kRunsPerSample; ++r) {
+        RETURN_IF_ERROR(plan.RunBound(planner_.handle(), stream_, problem_));
+      }
+      CUDA_RETURN_IF_ERROR(cudaEventRecord(stop.get(), stream_));
+      CUDA_RETURN_IF_ERROR(cudaEventSynchronize(stop.get()));
+      float ms = 0;
+      CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&ms, start.get(), stop.get()));
+      times.push_back(ms / kRunsPerSample);
+    }
+    std::nth_element(times.begin(), times.begin() + times.size() / 2, times.end());
+    return times[times.size() / 2];
+  }
+
+  ConvLayerPlanner& planner_;
+  cudaStream_t stream_;
+  const ConvLayerProblem& problem_;
+  ProbeBuffers& buffers_;
+};
+
+}  // namespace
+
+absl::StatusOr<SearchReport> SearchEngines(ConvLayerPlanner& planner, cudaStream_t stream,
+                                           const ConvLayerProblem& problem,
+                                           const SearchOptions& options, SearchObserver* observer,
+                                           std::optional<ConvLayerPlan>* best) {
+  SearchObserver no_observer;
+  if (observer == nullptr) observer = &no_observer;
+  const bool autotune = planner.selection().search == EngineSearch::kAutotune;
+  const int max_run = std::max(planner.selection().autotune_candidates, 1);
+  ASSIGN_OR_RETURN(ProbeBuffers buffers, ProbeBuffers::Create(problem, stream, options.seed));
+  CandidateRunner runner(planner, stream, problem, buffers);
+  SearchReport report;
+  report.timed = autotune;
+  std::optional<ConvLayerPlan> winner;
+  bool first_path = true;
+  for (LayerPath path : PathsOf(problem)) {
+    const bool have_winner = winner.has_value();
+    // Heuristic policies stop at the first path that runs; the rounding
+    // path is only for convs no engine runs with a float32 output.
+    if (have_winner && (!autotune || path == LayerPath::kUnfusedRounding)) break;
+    absl::StatusOr<CandidateSet> set = planner.Candidates(problem, path);
+    const bool fault_path = first_path;
+    first_path = false;
+    if (!set.ok()) {
+      report.skipped.push_back(absl::StrCat(LayerPathName(path), ": ", set.status().message()));
+      continue;
+    }
+    for (std::string& skipped : set->skipped) report.skipped.push_back(std::move(skipped));
+    int run = 0;
+    for (size_t i = 0; i < set->candidates.size(); ++i) {
+      if (autotune && run >= max_run) break;
+      CandidateResult result;
+      result.id = set->candidates[i].id;
+      if (!options.only.empty() && result.id.ToString() != options.only) continue;
+      if (std::optional<std::string> why = observer->Quarantined(result.id)) {
+        result.detail = absl::StrCat("quarantined: ", *why);
+        observer->OnResult(result);
+        report.results.push_back(std::move(result));
+        continue;
+      }
+      observer->OnTry(result.id);
+      ++run;
+      std::optional<ConvLayerPlan> plan;
+      RETURN_IF_ERROR(runner.Run(*set, i,
+                                 fault_path && static_cast<int>(i) == options.testing_fault_rank,
+                                 &result, &plan));
+      observer->OnResult(result);
+      report.results.push_back(result);
+      if (!result.ok) continue;
+      if (!winner.has_value() || plan->measured_ms() < winner->measured_ms()) {
+        winner = std::move(plan);
+      }
+      if (!autotune) break;
+    }
+  }
+  if (!winner.has_value()) {
+    return absl::UnimplementedError(absl::StrCat("no cuDNN engine runs layer ", problem.Describe(),
+                                                 " under the selection policy: ",
+                                                 report.Summary()));
+  }
+  if (best != nullptr) *best = std::move(winner);
+  return report;
+}
+
+}  // namespace convserve

@@ -1,0 +1,54 @@
+// The engine configurations cuDNN offers for one layer on one path, best
+// first, after the selection's filters and the errata; and the rebuilding of
+// one configuration from its EngineConfigId, with no heuristics query, for
+// a plan chosen elsewhere (another worker, the prober process, a restart).
+#ifndef CONVSERVE_ENGINE_CUDNN_ENGINE_CANDIDATES_H_
+#define CONVSERVE_ENGINE_CUDNN_ENGINE_CANDIDATES_H_
+
+#include <cudnn.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/conv_layer_problem.h"
+#include "engine/cudnn/backend_descriptor.h"
+#include "engine/cudnn/conv_operation_graph.h"
+#include "engine/cudnn/engine_config_id.h"
+#include "engine/cudnn/engine_selection.h"
+
+namespace convserve {
+
+// One finalized engine configuration and the descriptors it owns.
+struct EngineCandidate {
+  EngineConfigId id;
+  // CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, finalized.
+  BackendDescriptor config;
+  // The engine and knob-choice descriptors a rebuilt config refers to.
+  std::vector<BackendDescriptor> parts;
+  // cuDNN compiles this engine's kernel at plan finalization (NVRTC).
+  bool runtime_compiled = false;
+};
+
+struct CandidateSet {
+  std::shared_ptr<const ConvOperationGraph> graph;
+  // Best first: heuristic modes in the selection's order, duplicates dropped.
+  std::vector<EngineCandidate> candidates;
+  // "<id>: why" for each configuration the filters or the errata removed.
+  std::vector<std::string> skipped;
+};
+
+absl::StatusOr<CandidateSet> FindEngineCandidates(cudnnHandle_t handle,
+                                                  const ConvLayerProblem& problem, LayerPath path,
+                                                  const EngineSelection& selection,
+                                                  const CudnnTarget& target);
+
+// The configuration `id` on `graph`, rebuilt from the engine's global index
+// and the knob settings. An error when cuDNN does not support it there.
+absl::StatusOr<EngineCandidate> RebuildEngineCandidate(const ConvOperationGraph& graph,
+                                                       const EngineConfigId& id);
+
+}  // namespace convserve
+
+#endif  // CONVSERVE_ENGINE_CUDNN_ENGINE_CANDIDATES_H_

@@ -1,0 +1,301 @@
+#include "engine/runtime/engine_prober.h"
+
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <optional>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "engine/runtime/prober_protocol.h"
+#include "spdlog/spdlog.h"
+
+extern char** environ;
+
+namespace convserve {
+
+struct EngineProber::Process {
+  pid_t pid = -1;
+  int fd = -1;          // our end of the socket pair: the prober's stdin and stdout
+  std::string pending;  // bytes read past the last full line
+};
+
+namespace {
+
+std::string DescribeExit(int status) {
+  if (WIFEXITED(status)) return absl::StrCat("exited with status ", WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) {
+    return absl::StrCat("was killed by signal ", WTERMSIG(status), " (",
+                        strsignal(WTERMSIG(status)), ")");
+  }
+  return "ended";
+}
+
+bool SendLine(int fd, const std::string& line) {
+  const std::string data = line + "\n";
+  size_t sent = 0;
+  while (sent < data.size()) {
+    // MSG_NOSIGNAL: a dead prober must not raise SIGPIPE in the server.
+    const ssize_t n = send(fd, data.data() + sent, data.size() - sent, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    sent += static_cast<size_t>(n);
+  }
+  return true;
+}
+
+}  // namespace
+
+EngineProber::EngineProber(const EngineProberOptions& options, PlanStore* store)
+    : options_(options), store_(store) {}
+
+absl::StatusOr<std::unique_ptr<EngineProber>> EngineProber::Create(
+    const EngineProberOptions& options, PlanStore* store) {
+  if (access(options.binary.c_str(), X_OK) != 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the engine prober '", options.binary, "' is missing or not executable (",
+        std::strerror(errno), "); it ships next to convserve-server (--prober_binary)"));
+  }
+  if (store == nullptr || store->directory().empty()) {
+    return absl::InvalidArgumentError("the engine prober needs a plan store on disk");
+  }
+  std::unique_ptr<EngineProber> prober(new EngineProber(options, store));
+  prober->idle_thread_ = std::thread(&EngineProber::IdleLoop, prober.get());
+  return prober;
+}
+
+EngineProber::~EngineProber() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+    if (process_ != nullptr) StopLocked(/*kill_now=*/false);
+  }
+  idle_thread_.join();
+}
+
+EngineProberStats EngineProber::stats() const {
+  EngineProberStats stats;
+  stats.searches = searches_.load();
+  stats.starts = starts_.load();
+  stats.quarantined = quarantined_.load();
+  stats.vetoed = vetoed_.load();
+  return stats;
+}
+
+bool EngineProber::running() const {
+  absl::MutexLock lock(&mu_);
+  return process_ != nullptr;
+}
+
+absl::Status EngineProber::StartLocked() {
+  int sockets[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sockets) != 0) {
+    return absl::UnavailableError(absl::StrCat("socketpair: ", std::strerror(errno)));
+  }
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  // dup2 clears close-on-exec on the copies: the prober keeps only these.
+  posix_spawn_file_actions_adddup2(&actions, sockets[1], STDIN_FILENO);
+  posix_spawn_file_actions_adddup2(&actions, sockets[1], STDOUT_FILENO);
+  std::vector<char*> argv;
+  argv.push_back(const_cast<char*>(options_.binary.c_str()));
+  for (const std::string& arg : options_.arguments) argv.push_back(const_cast<char*>(arg.c_str()));
+  argv.push_back(nullptr);
+  pid_t pid = -1;
+  const int spawned =
+      posix_spawn(&pid, options_.binary.c_str(), &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  close(sockets[1]);
+  if (spawned != 0) {
+    close(sockets[0]);
+    return absl::UnavailableError(
+        absl::StrCat("cannot start '", options_.binary, "': ", std::strerror(spawned)));
+  }
+  process_ = std::make_unique<Process>();
+  process_->pid = pid;
+  process_->fd = sockets[0];
+  ++starts_;
+  absl::StatusOr<std::string> ready = ReadLineLocked(absl::Now() + options_.start_timeout);
+  if (!ready.ok() || !absl::StartsWith(*ready, "READY ")) {
+    const std::string how = StopLocked(/*kill_now=*/true);
+    return absl::UnavailableError(absl::StrCat(
+        "the engine prober for ", options_.label, " did not start: ",
+        ready.ok() ? absl::StrCat("it said '", *ready, "'") : std::string(ready.status().message()),
+        "; it ", how, " (its log lines are above)"));
+  }
+  target_key_ = UnescapeLine(absl::string_view(*ready).substr(6));
+  spdlog::info("engine prober for {} started (pid {}): {}", options_.label, pid, target_key_);
+  return absl::OkStatus();
+}
+
+std::string EngineProber::StopLocked(bool kill_now) {
+  if (process_ == nullptr) return "was not running";
+  int status = 0;
+  bool reaped = false;
+  if (!kill_now) {
+    // End of input asks the prober to exit; give it a moment to finish.
+    shutdown(process_->fd, SHUT_WR);
+    const absl::Time deadline = absl::Now() + absl::Seconds(5);
+    while (!reaped && absl::Now() < deadline) {
+      pollfd p = {process_->fd, POLLIN, 0};
+      poll(&p, 1, 100);
+      char sink[256];
+      while (read(process_->fd, sink, sizeof(sink)) > 0) {
+      }
+      reaped = waitpid(process_->pid, &status, WNOHANG) == process_->pid;
+    }
+  }
+  if (!reaped) {
+    kill(process_->pid, SIGKILL);
+    while (waitpid(process_->pid, &status, 0) < 0 && errno == EINTR) {
+    }
+  }
+  close(process_->fd);
+  process_.reset();
+  return DescribeExit(status);
+}
+
+absl::StatusOr<std::string> EngineProber::ReadLineLocked(absl::Time deadline) {
+  while (true) {
+    const size_t newline = process_->pending.find('\n');
+    if (newline != std::string::npos) {
+      std::string line = process_->pending.substr(0, newline);
+      process_->pending.erase(0, newline + 1);
+      return line;
+    }
+    const absl::Duration left = deadline - absl::Now();
+    if (left <= absl::ZeroDuration()) {
+      return absl::DeadlineExceededError("no answer before the timeout");
+    }
+    pollfd p = {process_->fd, POLLIN, 0};
+    const int ready = poll(&p, 1, static_cast<int>(absl::ToInt64Milliseconds(left)) + 1);
+    if (ready < 0 && errno != EINTR) {
+      return absl::UnavailableError(absl::StrCat("poll: ", std::strerror(errno)));
+    }
+    if (ready <= 0) continue;
+    char buffer[4096];
+    const ssize_t n = read(process_->fd, buffer, sizeof(buffer));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return absl::UnavailableError("closed its output");
+    process_->pending.append(buffer, static_cast<size_t>(n));
+  }
+}
+
+absl::StatusOr<SearchReport> EngineProber::Search(const ConvLayerProblem& problem) {
+  absl::MutexLock lock(&mu_);
+  ++searches_;
+  last_used_ = absl::Now();
+  int faults = 0;
+  int lost_outside_candidates = 0;
+  while (true) {
+    if (process_ == nullptr) {
+      absl::Status started = StartLocked();
+      if (!started.ok()) return started;
+    }
+    SearchReport report;
+    std::optional<EngineConfigId> in_flight;
+    std::string fault;
+    std::string lost;
+    if (!SendLine(process_->fd, absl::StrCat("SEARCH ", problem.Encode()))) {
+      lost = "could not be sent the search";
+    }
+    while (lost.empty()) {
+      absl::StatusOr<std::string> line = ReadLineLocked(absl::Now() + options_.candidate_timeout);
+      if (!line.ok()) {
+        lost = absl::IsDeadlineExceeded(line.status())
+                   ? absl::StrCat("hung for ", absl::FormatDuration(options_.candidate_timeout))
+                   : std::string(line.status().message());
+        break;
+      }
+      std::pair<absl::string_view, absl::string_view> kind_rest =
+          absl::StrSplit(*line, absl::MaxSplits(' ', 1));
+      const absl::string_view kind = kind_rest.first, rest = kind_rest.second;
+      if (kind == "TRY") {
+        absl::StatusOr<EngineConfigId> id = EngineConfigId::Parse(rest);
+        if (!id.ok()) return absl::InternalError(absl::StrCat("engine prober: ", id.status().message()));
+        in_flight = *id;
+      } else if (kind == "RESULT") {
+        absl::StatusOr<CandidateResult> result = ParseResultLine(*line);
+        if (!result.ok()) return absl::InternalError(absl::StrCat("engine prober: ", result.status().message()));
+        if (absl::StartsWith(result->detail, "quarantined")) ++vetoed_;
+        report.results.push_back(*std::move(result));
+        in_flight.reset();
+      } else if (kind == "SKIPPED") {
+        report.skipped.push_back(UnescapeLine(rest));
+      } else if (kind == "FAULT") {
+        std::pair<absl::string_view, absl::string_view> id_error =
+            absl::StrSplit(rest, absl::MaxSplits(' ', 1));
+        absl::StatusOr<EngineConfigId> id = EngineConfigId::Parse(id_error.first);
+        if (id.ok()) in_flight = *id;
+        fault = UnescapeLine(id_error.second);
+        lost = "lost its CUDA context";
+      } else if (kind == "DONE") {
+        report.timed = rest == "timed";
+        last_used_ = absl::Now();
+        return report;
+      } else if (kind == "ERROR") {
+        std::pair<absl::string_view, absl::string_view> code_message =
+            absl::StrSplit(rest, absl::MaxSplits(' ', 1));
+        int code = 0;
+        if (!absl::SimpleAtoi(code_message.first, &code) || code <= 0 || code > 16) code = 13;
+        last_used_ = absl::Now();
+        return absl::Status(static_cast<absl::StatusCode>(code), UnescapeLine(code_message.second));
+      } else {
+        return absl::InternalError(absl::StrCat("engine prober said '", *line, "'"));
+      }
+    }
+    const std::string how = StopLocked(/*kill_now=*/true);
+    if (!in_flight.has_value()) {
+      spdlog::warn("engine prober for {} {} outside any candidate; it {}", options_.label, lost, how);
+      if (++lost_outside_candidates > 1) {
+        return absl::UnavailableError(absl::StrCat("the engine prober for ", options_.label, " ",
+                                                   lost, " twice outside any candidate; it ", how));
+      }
+      continue;
+    }
+    const std::string reason =
+        absl::StrCat(fault.empty() ? absl::StrCat("the prober ", lost, " and ", how) : fault,
+                     " (", absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", absl::Now(), absl::UTCTimeZone()),
+                     ")");
+    const std::string key = QuarantineKey(target_key_, problem, *in_flight);
+    absl::Status stored = store_->Put("quarantine", key, reason);
+    ++quarantined_;
+    spdlog::error("engine candidate {} quarantined on {} for {}: {}{}; to reproduce: echo "
+                  "'SEARCH {}' | convserve-prober --only_candidate={} --plan_cache_dir=DIR",
+                  in_flight->ToString(), options_.label, problem.Describe(), reason,
+                  stored.ok() ? "" : absl::StrCat(" (not persisted: ", stored.message(), ")"),
+                  problem.Encode(), in_flight->ToString());
+    if (++faults >= options_.max_faults_per_search) {
+      return absl::InternalError(absl::StrCat(
+          "the engine search for ", problem.Describe(), " on ", options_.label, " gave up after ",
+          faults, " candidates faulted; the last: ", in_flight->ToString(), ": ", reason));
+    }
+  }
+}
+
+void EngineProber::IdleLoop() {
+  absl::MutexLock lock(&mu_);
+  while (!stopping_) {
+    const absl::Duration wait =
+        process_ != nullptr ? last_used_ + options_.idle_timeout - absl::Now()
+                            : options_.idle_timeout;
+    mu_.AwaitWithTimeout(absl::Condition(&stopping_),
+                         std::max(wait, absl::Milliseconds(10)));
+    if (stopping_) break;
+    if (process_ != nullptr && absl::Now() - last_used_ >= options_.idle_timeout) {
+      spdlog::info("engine prober for {} idle for {}; stopping it (it {})", options_.label,
+                   absl::FormatDuration(options_.idle_timeout), StopLocked(/*kill_now=*/false));
+    }
+  }
+}
+
+}  // namespace convserve

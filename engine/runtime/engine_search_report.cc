@@ -1,0 +1,43 @@
+#include "engine/runtime/engine_search_report.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+
+namespace convserve {
+
+std::vector<EngineConfigId> SearchReport::Ranked() const {
+  std::vector<const CandidateResult*> passed;
+  for (const CandidateResult& r : results) {
+    if (r.ok) passed.push_back(&r);
+  }
+  if (timed) {
+    std::stable_sort(passed.begin(), passed.end(),
+                     [](const CandidateResult* a, const CandidateResult* b) { return a->ms < b->ms; });
+  }
+  std::vector<EngineConfigId> ids;
+  for (const CandidateResult* r : passed) ids.push_back(r->id);
+  return ids;
+}
+
+std::string SearchReport::Summary() const {
+  int passed = 0;
+  std::string rejected;
+  for (const CandidateResult& r : results) {
+    if (r.ok) {
+      ++passed;
+    } else {
+      absl::StrAppend(&rejected, rejected.empty() ? "" : "; ", r.id.ToString(), " ", r.detail);
+    }
+  }
+  std::string text = absl::StrCat(results.size(), " candidates run or vetoed, ", passed,
+                                  " passed, ", skipped.size(), " filtered out");
+  if (!rejected.empty()) absl::StrAppend(&text, "; rejected: ", rejected);
+  if (!skipped.empty()) {
+    absl::StrAppend(&text, "; filtered: ", skipped.front(),
+                    skipped.size() > 1 ? absl::StrCat(" and ", skipped.size() - 1, " more") : "");
+  }
+  return text;
+}
+
+}  // namespace convserve

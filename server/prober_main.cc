@@ -1,0 +1,198 @@
+// convserve-prober: runs cuDNN engine searches for one GPU on behalf of
+// convserve-server, so that a candidate that faults takes down this process
+// and its CUDA context, not the server's. Started by the server with its
+// stdin and stdout on a socket; speaks the line protocol of
+// engine/runtime/prober_protocol.h; logs to stderr (the server's log). Not
+// meant to be run by hand, except to reproduce a search:
+//   echo "SEARCH <problem>" | convserve-prober --device=0 --plan_cache_dir=DIR
+#include <unistd.h>
+
+#include <cstdio>
+#include <iostream>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "engine/cudnn/candidate_search.h"
+#include "engine/cudnn/cuda_resources.h"
+#include "engine/cudnn/cudnn_backend.h"
+#include "engine/cudnn/cudnn_errata.h"
+#include "engine/cudnn/cudnn_status.h"
+#include "engine/runtime/plan_store.h"
+#include "engine/runtime/prober_protocol.h"
+#include "spdlog/sinks/stdout_color_sinks.h"
+#include "spdlog/spdlog.h"
+
+ABSL_FLAG(int, device, 0, "CUDA device ordinal");
+ABSL_FLAG(std::string, engine_selection, "autotune", "heuristic, heuristic_b, fallback or autotune");
+ABSL_FLAG(bool, deterministic, false, "deterministic engines only");
+ABSL_FLAG(bool, strict_float32, false, "no TF32 or down-converting engines for float32");
+ABSL_FLAG(int64_t, max_workspace_bytes, int64_t{256} << 20, "largest cuDNN workspace");
+ABSL_FLAG(int, autotune_candidates, 12, "autotune: candidates run per path");
+ABSL_FLAG(int, autotune_iterations, 5, "autotune: timed samples per candidate");
+ABSL_FLAG(std::vector<std::string>, engine_blocklist_ids, {}, "engine global indices never used");
+ABSL_FLAG(std::string, cudnn_errata, "", "operator errata file, besides the shipped list");
+ABSL_FLAG(std::string, plan_cache_dir, "", "plan store directory holding quarantine verdicts");
+ABSL_FLAG(int, testing_fault_candidate_rank, -1,
+          "testing only: the candidate at this rank faults the CUDA context");
+ABSL_FLAG(std::string, only_candidate, "",
+          "reproduction aid: run only the engine candidate with this id (e.g. fused:e12:k2=3)");
+ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error or off");
+
+namespace convserve {
+namespace {
+
+void Say(const std::string& line) {
+  std::fwrite(line.data(), 1, line.size(), stdout);
+  std::fputc('\n', stdout);
+  std::fflush(stdout);
+}
+
+// Reports each step on stdout and vetoes quarantined candidates.
+class ProtocolObserver : public SearchObserver {
+ public:
+  ProtocolObserver(PlanStore* store, std::string target_key, const ConvLayerProblem& problem)
+      : store_(store), target_key_(std::move(target_key)), problem_(problem) {}
+
+  std::optional<std::string> Quarantined(const EngineConfigId& id) override {
+    return store_->Get("quarantine", QuarantineKey(target_key_, problem_, id));
+  }
+  void OnTry(const EngineConfigId& id) override {
+    in_flight_ = id;
+    spdlog::debug("trying {} for {}", id.ToString(), problem_.Encode());
+    Say(absl::StrCat("TRY ", id.ToString()));
+  }
+  void OnResult(const CandidateResult& result) override {
+    in_flight_.reset();
+    spdlog::debug("{}: {} {:.4f} ms, workspace {} B{}", result.id.ToString(),
+                  result.ok ? "passed" : "rejected", result.ms, result.workspace_bytes,
+                  result.detail.empty() ? "" : absl::StrCat(": ", result.detail));
+    Say(FormatResultLine(result));
+  }
+  const std::optional<EngineConfigId>& in_flight() const { return in_flight_; }
+
+ private:
+  PlanStore* store_;
+  const std::string target_key_;
+  const ConvLayerProblem& problem_;
+  std::optional<EngineConfigId> in_flight_;
+};
+
+int Run() {
+  // Only the socket on stdin/stdout is ours; drop anything else inherited.
+  close_range(3, ~0U, 0);
+  // stdout carries the protocol; every log line goes to stderr.
+  spdlog::set_default_logger(spdlog::stderr_color_mt("prober"));
+  spdlog::set_pattern(absl::StrCat("[%Y-%m-%d %H:%M:%S.%e] [prober gpu ",
+                                   absl::GetFlag(FLAGS_device), "] [%l] %v"));
+  spdlog::set_level(spdlog::level::from_str(absl::GetFlag(FLAGS_log_level)));
+  const int device = absl::GetFlag(FLAGS_device);
+
+  EngineSelection selection;
+  absl::StatusOr<EngineSearch> search = ParseEngineSearch(absl::GetFlag(FLAGS_engine_selection));
+  if (!search.ok()) {
+    spdlog::critical("{}", search.status().ToString());
+    return 2;
+  }
+  selection.search = *search;
+  selection.deterministic_only = absl::GetFlag(FLAGS_deterministic);
+  selection.strict_float32 = absl::GetFlag(FLAGS_strict_float32);
+  selection.max_workspace_bytes = absl::GetFlag(FLAGS_max_workspace_bytes);
+  selection.autotune_candidates = absl::GetFlag(FLAGS_autotune_candidates);
+  selection.autotune_iterations = absl::GetFlag(FLAGS_autotune_iterations);
+  for (const std::string& text : absl::GetFlag(FLAGS_engine_blocklist_ids)) {
+    int64_t index = 0;
+    if (!absl::SimpleAtoi(text, &index)) {
+      spdlog::critical("--engine_blocklist_ids: '{}' is not an engine index", text);
+      return 2;
+    }
+    selection.blocklist.insert(index);
+  }
+  absl::StatusOr<std::shared_ptr<const CudnnErrata>> errata =
+      CudnnErrata::Create(absl::GetFlag(FLAGS_cudnn_errata));
+  absl::StatusOr<std::unique_ptr<PlanStore>> store =
+      PlanStore::Open(absl::GetFlag(FLAGS_plan_cache_dir));
+  absl::StatusOr<CudnnVersions> versions = CheckCudnnRuntime(device);
+  if (!errata.ok() || !store.ok() || !versions.ok()) {
+    spdlog::critical("cannot start: {} {} {}", errata.status().ToString(),
+                     store.status().ToString(), versions.status().ToString());
+    return 2;
+  }
+  selection.errata = *errata;
+  const CudnnTarget target = versions->target();
+  if (cudaSetDevice(device) != cudaSuccess) {
+    spdlog::critical("cannot use CUDA device {}", device);
+    return 2;
+  }
+  absl::StatusOr<CudaStream> stream = CudaStream::Create();
+  if (!stream.ok()) {
+    spdlog::critical("cannot start: {}", stream.status().ToString());
+    return 2;
+  }
+  absl::StatusOr<CudnnHandle> handle = CudnnHandle::Create(stream->get());
+  if (!handle.ok()) {
+    spdlog::critical("cannot start: {}", handle.status().ToString());
+    return 2;
+  }
+  SearchOptions options;
+  options.testing_fault_rank = absl::GetFlag(FLAGS_testing_fault_candidate_rank);
+  options.only = absl::GetFlag(FLAGS_only_candidate);
+  Say(absl::StrCat("READY ", EscapeLine(target.Key())));
+
+  std::string line;
+  uint64_t searches = 0;
+  while (std::getline(std::cin, line)) {
+    std::pair<std::string, std::string> command = absl::StrSplit(line, absl::MaxSplits(' ', 1));
+    if (command.first != "SEARCH") {
+      Say(absl::StrCat("ERROR ", static_cast<int>(absl::StatusCode::kInvalidArgument), " ",
+                       EscapeLine(absl::StrCat("unknown command '", command.first, "'"))));
+      continue;
+    }
+    absl::StatusOr<ConvLayerProblem> problem = ConvLayerProblem::Parse(command.second);
+    if (!problem.ok()) {
+      Say(absl::StrCat("ERROR ", static_cast<int>(problem.status().code()), " ",
+                       EscapeLine(problem.status().message())));
+      continue;
+    }
+    ConvLayerPlanner planner(handle->get(), selection, target);
+    ProtocolObserver observer(store->get(), target.Key(), *problem);
+    options.seed = ++searches;
+    absl::StatusOr<SearchReport> report =
+        SearchEngines(planner, stream->get(), *problem, options, &observer, nullptr);
+    if (!report.ok()) {
+      const cudaError_t lost = StickyCudaError(report.status(), stream->get());
+      if (lost != cudaSuccess) {
+        // The context is gone: say who did it and leave without cleanup,
+        // which would only fail (or hang) on a dead context.
+        Say(absl::StrCat("FAULT ", observer.in_flight() ? observer.in_flight()->ToString() : "-",
+                         " ", EscapeLine(report.status().message())));
+        spdlog::error("CUDA context lost ({}) while running {}: {}", cudaGetErrorName(lost),
+                      observer.in_flight() ? observer.in_flight()->ToString() : "no candidate",
+                      std::string(report.status().message()));
+        std::_Exit(3);
+      }
+      Say(absl::StrCat("ERROR ", static_cast<int>(report.status().code()), " ",
+                       EscapeLine(report.status().message())));
+      continue;
+    }
+    for (const std::string& skipped : report->skipped) Say("SKIPPED " + EscapeLine(skipped));
+    Say(report->timed ? "DONE timed" : "DONE untimed");
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace convserve
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "convserve-prober: cuDNN engine searches for convserve-server, in their own process.");
+  absl::ParseCommandLine(argc, argv);
+  return convserve::Run();
+}
