@@ -1,7 +1,9 @@
 #include "tests/test_util/naive_conv.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <string>
 
 namespace convserve {
 namespace {
@@ -27,6 +29,16 @@ bool Next(std::vector<int64_t>* index, const std::vector<int64_t>& extent) {
     (*index)[d] = 0;
   }
   return false;
+}
+
+// Rounds `values` to the nearest value of `dtype`, as a backend's store of a
+// layer output does: double -> float, then float -> dtype and back.
+void RoundToStoredDType(DType dtype, std::vector<double>* values) {
+  std::vector<float> floats(values->begin(), values->end());
+  std::string bytes(floats.size() * DTypeSize(dtype), '\0');
+  FromFloat(dtype, floats.data(), bytes.data(), floats.size());
+  ToFloat(dtype, bytes.data(), floats.data(), floats.size());
+  values->assign(floats.begin(), floats.end());
 }
 
 }  // namespace
@@ -116,6 +128,7 @@ std::vector<double> NaiveForward(const Graph& graph, const Shape& input_shape,
         } while (Next(&o, out_extent));
       }
     }
+    RoundToStoredDType(spec.dtype, &out);
     current = std::move(out);
     in_shape = out_shape;
   }
