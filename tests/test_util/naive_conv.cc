@@ -104,13 +104,16 @@ std::vector<double> NaiveForward(const Graph& graph, const Shape& input_shape,
     for (int64_t n = 0; n < out_shape[0]; ++n) {
       for (int64_t k = 0; k < out_shape[1]; ++k) {
         const int64_t group = k / k_per_group;
+        // Index vectors live outside the tap loop: allocating them per tap
+        // made the reference several times slower than the arithmetic.
         std::vector<int64_t> o(rank, 0);
+        std::vector<int64_t> t(rank);
+        std::vector<int64_t> at(rank);
         do {
           double acc = 0;
           for (int64_t c = 0; c < cin_per_group; ++c) {
-            std::vector<int64_t> t(rank, 0);
+            std::fill(t.begin(), t.end(), 0);
             do {
-              std::vector<int64_t> at(rank);
               bool inside = true;
               for (size_t d = 0; d < rank; ++d) {
                 at[d] = o[d] * layer.stride[d] - layer.pad_before[d] + t[d] * layer.dilation[d];
