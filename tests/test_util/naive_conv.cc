@@ -1,7 +1,9 @@
 #include "tests/test_util/naive_conv.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <string>
 
 namespace convserve {
 namespace {
@@ -27,6 +29,16 @@ bool Next(std::vector<int64_t>* index, const std::vector<int64_t>& extent) {
     (*index)[d] = 0;
   }
   return false;
+}
+
+// Rounds `values` to the nearest value of `dtype`, as a backend's store of a
+// layer output does: double -> float, then float -> dtype and back.
+void RoundToStoredDType(DType dtype, std::vector<double>* values) {
+  std::vector<float> floats(values->begin(), values->end());
+  std::string bytes(floats.size() * DTypeSize(dtype), '\0');
+  FromFloat(dtype, floats.data(), bytes.data(), floats.size());
+  ToFloat(dtype, bytes.data(), floats.data(), floats.size());
+  values->assign(floats.begin(), floats.end());
 }
 
 }  // namespace
@@ -92,13 +104,16 @@ std::vector<double> NaiveForward(const Graph& graph, const Shape& input_shape,
     for (int64_t n = 0; n < out_shape[0]; ++n) {
       for (int64_t k = 0; k < out_shape[1]; ++k) {
         const int64_t group = k / k_per_group;
+        // Index vectors live outside the tap loop: allocating them per tap
+        // made the reference several times slower than the arithmetic.
         std::vector<int64_t> o(rank, 0);
+        std::vector<int64_t> t(rank);
+        std::vector<int64_t> at(rank);
         do {
           double acc = 0;
           for (int64_t c = 0; c < cin_per_group; ++c) {
-            std::vector<int64_t> t(rank, 0);
+            std::fill(t.begin(), t.end(), 0);
             do {
-              std::vector<int64_t> at(rank);
               bool inside = true;
               for (size_t d = 0; d < rank; ++d) {
                 at[d] = o[d] * layer.stride[d] - layer.pad_before[d] + t[d] * layer.dilation[d];
@@ -116,6 +131,7 @@ std::vector<double> NaiveForward(const Graph& graph, const Shape& input_shape,
         } while (Next(&o, out_extent));
       }
     }
+    RoundToStoredDType(spec.dtype, &out);
     current = std::move(out);
     in_shape = out_shape;
   }

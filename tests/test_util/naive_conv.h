@@ -1,6 +1,9 @@
 // The test oracle: a graph evaluated straight from its definition in double
 // precision, one output element at a time, indexing the graph's own layout
 // (no reordering), so it shares no code path with the backends it checks.
+// Each layer's output is rounded to the graph's dtype, because both backends
+// store every layer's output in that dtype: without it a deep float16 graph
+// would differ from any correct backend by the accumulated storage rounding.
 #ifndef CONVSERVE_TESTS_TEST_UTIL_NAIVE_CONV_H_
 #define CONVSERVE_TESTS_TEST_UTIL_NAIVE_CONV_H_
 
@@ -14,7 +17,9 @@ namespace convserve {
 
 // Decodes `input` (bytes of the graph's dtype and layout, logical dims
 // `input_shape`) and returns the final output's values in the graph's layout,
-// with its logical shape in `output_shape`.
+// with its logical shape in `output_shape`. Accumulation, bias and activation
+// are in double; each layer's result is then rounded to the graph's dtype
+// (double -> float -> dtype), so the values returned are representable in it.
 std::vector<double> NaiveForward(const Graph& graph, const Shape& input_shape,
                                  const std::string& input, Shape* output_shape);
 
