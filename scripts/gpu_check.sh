@@ -11,7 +11,7 @@ mkdir -p "$out"
 export LD_LIBRARY_PATH="$PWD/$bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export CONVSERVE_SOURCE_DIR="$PWD"
 bin="$bundle/bin"
-steps="${STEPS:-tests runtime server bench}"
+steps="${STEPS:-tests fault oracle runtime server bench}"
 
 nvidia-smi -L | tee "$out/device.txt"
 summary=()
@@ -27,6 +27,26 @@ if [[ " $steps " == *" tests "* ]]; then
   rc=$?
   grep -E "relative L2|FAILED|Failure" "$out/gpu_server_test.log"
   summary+=("gpu_server_test rc=$rc $(grep -E '^\[  PASSED  \]' "$out/gpu_server_test.log")")
+fi
+
+if [[ " $steps " == *" fault "* ]]; then
+  CONVSERVE_SERVER_BINARY="$bin/convserve-server" timeout 300 "$bin/gpu_fault_test" \
+    > "$out/gpu_fault_test.log" 2>&1
+  rc=$?
+  grep -E "^fault:|^quarantine:|Failure|FAILED" "$out/gpu_fault_test.log" | head -20
+  summary+=("gpu_fault_test rc=$rc $(grep -E '^\[  PASSED  \]' "$out/gpu_fault_test.log")")
+fi
+
+if [[ " $steps " == *" oracle "* ]]; then
+  # CONVSERVE_ORACLE_* variables (graphs, seed, policies, servers) pass through.
+  timeout "${ORACLE_TIMEOUT:-540}" "$bin/gpu_random_graph_oracle_test" > "$out/oracle.log" 2>&1
+  rc=$?
+  sed -n '/^random-graph oracle/,/^graphs /p' "$out/oracle.log" | head -3
+  grep -E "^(autotune|heuristic|heuristic_b|fallback|deterministic|strict_float32) " \
+    "$out/oracle.log"
+  grep -A3 "^failures under" "$out/oracle.log" | head -20
+  grep -E "quarantined on GPU" "$out/oracle.log" | cut -c1-260 | sort | uniq -c | head -10
+  summary+=("gpu_random_graph_oracle_test rc=$rc $(grep -E '^\[  PASSED  \]|FAILED TEST' "$out/oracle.log")")
 fi
 
 if [[ " $steps " == *" runtime "* ]]; then

@@ -4,10 +4,12 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "engine/cudnn/cuda_resources.h"
 #include "engine/cudnn/cudnn_status.h"
 #include "engine/cudnn/probe_buffers.h"
 #include "engine/status_macros.h"
+#include "spdlog/spdlog.h"
 
 namespace convserve {
 namespace {
@@ -37,6 +39,11 @@ class CandidateRunner {
     if (!plan.ok()) return Reject(result, "does not finalize: ", plan.status());
     result->workspace_bytes = plan->workspace_bytes();
     RETURN_IF_ERROR(buffers_.ReserveWorkspace(plan->workspace_bytes()));
+    const ConvLayerBuffers b = buffers_.buffers();
+    spdlog::debug("{}: x {} w {} y {} workspace {} ({} bytes)", result->id.ToString(),
+                  absl::StrFormat("%p", b.x), absl::StrFormat("%p", b.w),
+                  absl::StrFormat("%p", b.y), absl::StrFormat("%p", b.workspace),
+                  plan->workspace_bytes());
     if (fault_for_testing) {
       RETURN_IF_ERROR(LaunchMisalignedWriteForTesting(buffers_.buffers().y, stream_));
       CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));

@@ -10,6 +10,8 @@
 //   CONVSERVE_ORACLE_SEED                 seed of the first graph (1)
 //   CONVSERVE_ORACLE_POLICIES             comma list, e.g. "autotune,fallback"
 //   CONVSERVE_ORACLE_SERVERS_PER_POLICY   servers splitting a policy's graphs (2)
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -124,11 +126,24 @@ std::string SourceDir() {
   return dir != nullptr ? dir : CONVSERVE_SOURCE_DIR;
 }
 
+// The engine prober the servers start: CONVSERVE_PROBER_BINARY, else the
+// one built beside this test, else (a bundle) convserve-prober next to this
+// binary, which is the server's own default.
+std::string ProberBinary() {
+  const char* binary = std::getenv("CONVSERVE_PROBER_BINARY");
+  if (binary != nullptr && *binary != '\0') return binary;
+  if (access(CONVSERVE_PROBER_BINARY, X_OK) == 0) return CONVSERVE_PROBER_BINARY;
+  return "";
+}
+
 struct PolicyResult {
   OracleBounds bounds;
   // Not OK when a server could not be made; then `report` is partial.
   absl::Status status;
   OracleReport report;
+  // Engine searches of the policy's servers: candidates the probers
+  // quarantined (they faulted) and vetoed (quarantined earlier).
+  EngineSearchStats search;
 };
 
 // Starts `servers` GPU servers of `policy` and splits `cases` among them, all
@@ -144,6 +159,7 @@ PolicyResult RunPolicy(const Policy& policy, const OracleCases& cases, int serve
   for (size_t i = 0; i < cases.size(); ++i) shares[i % servers].push_back(cases[i]);
   std::vector<OracleReport> reports(servers);
   std::vector<absl::Status> statuses(servers);
+  std::vector<EngineSearchStats> searches(servers);
   std::vector<std::thread> threads;
   for (int s = 0; s < servers; ++s) {
     threads.emplace_back([&, s] {
@@ -152,6 +168,7 @@ PolicyResult RunPolicy(const Policy& policy, const OracleCases& cases, int serve
       config.engine_selection = policy.engine_selection;
       config.deterministic = policy.deterministic;
       config.strict_float32 = policy.strict_float32;
+      config.prober_binary = ProberBinary();
       absl::StatusOr<RunnerChoice> choice = MakeRunner(config);
       if (!choice.ok()) {
         statuses[s] = choice.status();
@@ -162,12 +179,17 @@ PolicyResult RunPolicy(const Policy& policy, const OracleCases& cases, int serve
       options.bounds = result.bounds;
       options.client_threads = 4;
       reports[s] = RunOracle(server->address(), shares[s], options);
+      searches[s] = server->core()->runner().Stats().engine_search;
     });
   }
   for (std::thread& thread : threads) thread.join();
   for (int s = 0; s < servers; ++s) {
     result.report.Merge(reports[s]);
     if (!statuses[s].ok()) result.status = statuses[s];
+    result.search.searches += searches[s].searches;
+    result.search.prober_starts += searches[s].prober_starts;
+    result.search.quarantined += searches[s].quarantined;
+    result.search.vetoed += searches[s].vetoed;
   }
   result.report.wall_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -216,8 +238,13 @@ TEST(GpuRandomGraphOracleTest, EveryEnginePolicyMatchesFloat64ReferenceOnBothPro
   for (std::thread& thread : policy_threads) thread.join();
 
   for (size_t p = 0; p < policies->size(); ++p) {
-    std::printf("%-15s %s\n", (*policies)[p].name,
-                FormatReportLine(results[p].report, results[p].bounds).c_str());
+    const EngineSearchStats& search = results[p].search;
+    std::printf("%-15s %s  searches %lld  quarantined %lld  prober starts %lld\n",
+                (*policies)[p].name,
+                FormatReportLine(results[p].report, results[p].bounds).c_str(),
+                static_cast<long long>(search.searches),
+                static_cast<long long>(search.quarantined),
+                static_cast<long long>(search.prober_starts));
   }
   for (size_t p = 0; p < policies->size(); ++p) {
     const PolicyResult& result = results[p];

@@ -20,6 +20,7 @@ const std::vector<RegressionGraph>& RegressionGraphs() {
   static const auto* graphs = new std::vector<RegressionGraph>{
       {"crash_a.textproto", {2, 7, 39, 35}},
       {"crash_b.textproto", {1, 5, 21, 14}},
+      {"bf16_rounding.textproto", {1, 7, 13, 10}},
   };
   return *graphs;
 }
