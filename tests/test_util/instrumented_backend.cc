@@ -28,7 +28,9 @@ class InstrumentedExecutable : public Executable {
   const Shape& input_shape() const override { return inner_->input_shape(); }
   const Shape& output_shape() const override { return inner_->output_shape(); }
 
-  absl::Status Run(absl::Span<const uint8_t> input, absl::Span<uint8_t> output) override {
+  using Executable::Run;
+  absl::Status Run(absl::Span<const uint8_t> input, absl::Span<uint8_t> output,
+                   const CancelCheck& cancelled) override {
     const InstrumentedBackendOptions& options = state_->options;
     const int64_t index = state_->started.fetch_add(1);
     absl::Time until;
@@ -44,7 +46,7 @@ class InstrumentedExecutable : public Executable {
     }
     const absl::Time now = absl::Now();
     if (now < until) absl::SleepFor(until - now);
-    absl::Status status = inner_->Run(input, output);
+    absl::Status status = inner_->Run(input, output, cancelled);
     if (!status.ok()) return status;
     if (options.output_scale != 1.0f) {
       const size_t count = output.size() / DTypeSize(dtype_);
