@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
@@ -189,6 +190,13 @@ TEST_F(CancellationTest, ExpiredRequestsStopAtTheNextLayerAndFreeTheirWorkers) {
                              calls[1].status = std::move(s);
                              calls[1].done.Notify();
                            });
+  // However the test ends, no callback may outlive `calls`.
+  absl::Cleanup settle = [&calls] {
+    for (PendingCall& call : calls) {
+      call.context.TryCancel();
+      call.done.WaitForNotification();
+    }
+  };
   // Both workers busy with heavy runs, so the small request queues behind them.
   ASSERT_TRUE(log_->AwaitStarted(runs_before + 2, kPatience));
   const absl::Time small_sent = absl::Now();
@@ -246,6 +254,11 @@ TEST_F(CancellationTest, ClientCancelStopsARunningRequestAtTheNextLayer) {
     call.status = std::move(s);
     call.done.Notify();
   });
+  // However the test ends, the callback may not outlive `call`.
+  absl::Cleanup settle = [&call] {
+    call.context.TryCancel();
+    call.done.WaitForNotification();
+  };
   ASSERT_TRUE(log_->AwaitStarted(runs_before + 1, kPatience));
   const absl::Time cancelled = absl::Now();
   call.context.TryCancel();
