@@ -87,6 +87,9 @@ grpc::ServerUnaryReactor* ConvServeService::Infer(grpc::CallbackServerContext* c
   call.input_shape = std::move(input->shape);
   call.input = input->bytes;
   call.output = response->mutable_output()->mutable_data();
+  // True once the client cancels and also once the deadline passes, even if
+  // the client never says so: gRPC's server deadline filter (on by default)
+  // cancels the call. tests/integration/cancellation_test.cc checks both.
   call.cancelled = [context] { return context->IsCancelled(); };
   metrics_->RequestStarted();
   call.done = [this, reactor, response, dtype, layout, start, name = call.graph->name(),

@@ -98,6 +98,9 @@ grpc::ServerUnaryReactor* KServeService::ModelInfer(grpc::CallbackServerContext*
   call.input_shape = std::move(input->shape);
   call.input = input->bytes;
   call.output = response->add_raw_output_contents();
+  // True once the client cancels and also once the deadline passes, even if
+  // the client never says so: gRPC's server deadline filter (on by default)
+  // cancels the call. tests/integration/cancellation_test.cc checks both.
   call.cancelled = [context] { return context->IsCancelled(); };
   metrics_->RequestStarted();
   call.done = [this, reactor, response, model, start,

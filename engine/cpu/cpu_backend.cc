@@ -64,7 +64,9 @@ class CpuExecutable : public Executable {
   const Shape& input_shape() const override { return input_shape_; }
   const Shape& output_shape() const override { return layer_outputs_.back(); }
 
-  absl::Status Run(absl::Span<const uint8_t> input, absl::Span<uint8_t> output) override {
+  using Executable::Run;
+  absl::Status Run(absl::Span<const uint8_t> input, absl::Span<uint8_t> output,
+                   const CancelCheck& cancelled) override {
     const GraphSpec& spec = graph_->spec();
     const size_t element = DTypeSize(spec.dtype);
     const int64_t in_count = NumElements(input_shape_);
@@ -90,6 +92,11 @@ class CpuExecutable : public Executable {
     }
     Shape in_shape = input_shape_;
     for (size_t i = 0; i < spec.layers.size(); ++i) {
+      // Between layers only: a layer is one ParallelFor that is not
+      // interruptible, so a stop costs at most the rest of one layer.
+      if (i > 0 && cancelled && cancelled()) {
+        return LayersCancelledError(*graph_, i, spec.layers.size());
+      }
       std::vector<float> next(NumElements(layer_outputs_[i]));
       RunLayer(i, in_shape, current, &next);
       current.swap(next);

@@ -196,7 +196,8 @@ absl::StatusOr<std::shared_ptr<CudnnExecutable>> CudnnBackend::CompileLocked(
   return executable;
 }
 
-absl::Status CudnnExecutable::Run(absl::Span<const uint8_t> input, absl::Span<uint8_t> output) {
+absl::Status CudnnExecutable::Run(absl::Span<const uint8_t> input, absl::Span<uint8_t> output,
+                                  const CancelCheck& cancelled) {
   const size_t element = DTypeSize(graph_->spec().dtype);
   if (input.size() != static_cast<size_t>(NumElements(input_shape_)) * element ||
       output.size() != static_cast<size_t>(NumElements(output_shape())) * element) {
@@ -209,7 +210,7 @@ absl::Status CudnnExecutable::Run(absl::Span<const uint8_t> input, absl::Span<ui
   CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(input_.data(), input.data(), input.size(),
                                        cudaMemcpyHostToDevice, stream));
   const void* x = nullptr;
-  RETURN_IF_ERROR(EnqueueLayers(handle, stream, &x));
+  RETURN_IF_ERROR(EnqueueLayers(handle, stream, cancelled, &x));
   CUDA_RETURN_IF_ERROR(
       cudaMemcpyAsync(output.data(), x, output.size(), cudaMemcpyDeviceToHost, stream));
   CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
@@ -231,8 +232,12 @@ ConvLayerBuffers CudnnExecutable::BuffersFor(size_t layer) const {
 }
 
 absl::Status CudnnExecutable::EnqueueLayers(cudnnHandle_t handle, cudaStream_t stream,
+                                            const CancelCheck& cancelled,
                                             const void** output) const {
   for (size_t i = 0; i < plans_.size(); ++i) {
+    if (i > 0 && cancelled && cancelled()) {
+      return LayersCancelledError(*graph_, i, plans_.size());
+    }
     RETURN_IF_ERROR(plans_[i].RunBound(handle, stream, problems_[i]));
   }
   const void* x = BuffersFor(plans_.size() - 1).y;
@@ -249,13 +254,15 @@ absl::StatusOr<std::vector<float>> CudnnExecutable::TimeDeviceRuns(int warmup, i
   ASSIGN_OR_RETURN(CudaEvent start, CudaEvent::Create());
   ASSIGN_OR_RETURN(CudaEvent stop, CudaEvent::Create());
   const void* output = nullptr;
-  for (int i = 0; i < warmup; ++i) RETURN_IF_ERROR(EnqueueLayers(handle, stream, &output));
+  for (int i = 0; i < warmup; ++i) {
+    RETURN_IF_ERROR(EnqueueLayers(handle, stream, CancelCheck(), &output));
+  }
   std::vector<float> times;
   runs_per_sample = std::max(runs_per_sample, 1);
   for (int i = 0; i < samples; ++i) {
     CUDA_RETURN_IF_ERROR(cudaEventRecord(start.get(), stream));
     for (int r = 0; r < runs_per_sample; ++r) {
-      RETURN_IF_ERROR(EnqueueLayers(handle, stream, &output));
+      RETURN_IF_ERROR(EnqueueLayers(handle, stream, CancelCheck(), &output));
     }
     CUDA_RETURN_IF_ERROR(cudaEventRecord(stop.get(), stream));
     CUDA_RETURN_IF_ERROR(cudaEventSynchronize(stop.get()));

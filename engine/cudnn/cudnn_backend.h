@@ -104,7 +104,12 @@ class CudnnExecutable : public Executable {
  public:
   const Shape& input_shape() const override { return input_shape_; }
   const Shape& output_shape() const override { return problems_.back().output; }
-  absl::Status Run(absl::Span<const uint8_t> input, absl::Span<uint8_t> output) override;
+  using Executable::Run;
+  // Checks `cancelled` before queueing each layer after the first. Queueing
+  // is asynchronous, so this stops a request that was abandoned before its
+  // launches; layers already queued still run on the device.
+  absl::Status Run(absl::Span<const uint8_t> input, absl::Span<uint8_t> output,
+                   const CancelCheck& cancelled) override;
 
   // Device time of the whole graph with inputs already on the device (no
   // copies), for benchmarks: `warmup` untimed runs, then `samples` times
@@ -124,9 +129,11 @@ class CudnnExecutable : public Executable {
   // Layer i reads the input or the previous layer's output and writes
   // ping/pong alternately.
   ConvLayerBuffers BuffersFor(size_t layer) const;
-  // Queues every layer on the backend's stream, input_ -> last layer output.
-  absl::Status EnqueueLayers(cudnnHandle_t handle, cudaStream_t stream, const void** output)
-      const;
+  // Queues every layer on the backend's stream, input_ -> last layer output;
+  // CANCELLED, with the earlier layers queued, when `cancelled` turns true
+  // before a later layer's launch.
+  absl::Status EnqueueLayers(cudnnHandle_t handle, cudaStream_t stream,
+                             const CancelCheck& cancelled, const void** output) const;
 
   CudnnBackend* backend_ = nullptr;  // the backend owns (caches) its executables
   std::shared_ptr<const Graph> graph_;

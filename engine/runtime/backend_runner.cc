@@ -44,7 +44,8 @@ absl::Status BackendRunner::Execute(const InferCall& call, Shape* output_shape,
   call.output->resize(bytes);
   start = absl::Now();
   absl::Status status = executable->Run(
-      call.input, absl::MakeSpan(reinterpret_cast<uint8_t*>(call.output->data()), bytes));
+      call.input, absl::MakeSpan(reinterpret_cast<uint8_t*>(call.output->data()), bytes),
+      call.cancelled);
   timings->compute = absl::ToDoubleSeconds(absl::Now() - start);
   if (!status.ok()) {
     call.output->clear();  // never a partial result

@@ -10,6 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "engine/backend.h"
 #include "engine/cudnn/candidate_search.h"
 #include "engine/cudnn/cuda_resources.h"
 #include "engine/cudnn/cudnn_backend.h"
@@ -702,9 +703,7 @@ absl::Status DevicePool::Execute(Device& device, Worker& worker, Task& task,
   for (size_t i = 0; i < problems.size(); ++i) {
     if (i > 0 && cancelled()) {
       CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));  // the staging buffers are reused
-      return absl::CancelledError(absl::StrCat("the client cancelled or the deadline passed; "
-                                               "stopped after layer ", i, " of ",
-                                               problems.size()));
+      return LayersCancelledError(graph, i, problems.size());
     }
     const ConvLayerBuffers buffers = buffers_for(i);
     if (!plans[i]->IsBoundTo(buffers)) RETURN_IF_ERROR(plans[i]->Bind(problems[i], buffers));

@@ -38,7 +38,9 @@ struct InferCall {
   absl::Span<const uint8_t> input;
   // Resized to the output tensor's bytes and filled on success.
   std::string* output = nullptr;
-  // Polled before the work starts; true skips it with CANCELLED.
+  // Polled before the work starts and between layers (where the runner
+  // supports it); true skips or stops the work with CANCELLED. Must turn
+  // true when the client cancels and when the call's deadline passes.
   std::function<bool()> cancelled;
   // Called exactly once, on a worker thread or (for errors found before
   // queueing) on the caller's; `output_shape` is set on success.

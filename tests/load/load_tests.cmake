@@ -4,7 +4,6 @@
 
 add_library(convserve_load_test_support STATIC
   test_util/command.cc
-  test_util/instrumented_backend.cc
   load/load_test_support.cc)
 target_include_directories(convserve_load_test_support PUBLIC ${PROJECT_SOURCE_DIR})
 target_link_libraries(convserve_load_test_support PUBLIC

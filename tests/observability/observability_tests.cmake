@@ -42,8 +42,7 @@ add_executable(observability_test
   observability/observed_traffic.cc
   observability/plan_cache_metrics_test.cc
   observability/prometheus_scrape_test.cc
-  observability/prometheus_server.cc
-  test_util/gated_backend.cc)
+  observability/prometheus_server.cc)
 target_link_libraries(observability_test PRIVATE
   convserve_test_util ${OBSERVABILITY_HEALTH_PROTO} GTest::gtest_main)
 target_compile_definitions(observability_test PRIVATE

@@ -16,9 +16,11 @@ class GatedExecutable : public Executable {
 
   const Shape& input_shape() const override { return inner_->input_shape(); }
   const Shape& output_shape() const override { return inner_->output_shape(); }
-  absl::Status Run(absl::Span<const uint8_t> input, absl::Span<uint8_t> output) override {
+  using Executable::Run;
+  absl::Status Run(absl::Span<const uint8_t> input, absl::Span<uint8_t> output,
+                   const CancelCheck& cancelled) override {
     gate_->Pass();
-    return inner_->Run(input, output);
+    return inner_->Run(input, output, cancelled);
   }
 
  private:

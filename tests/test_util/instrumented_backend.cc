@@ -28,7 +28,20 @@ class InstrumentedExecutable : public Executable {
   const Shape& input_shape() const override { return inner_->input_shape(); }
   const Shape& output_shape() const override { return inner_->output_shape(); }
 
-  absl::Status Run(absl::Span<const uint8_t> input, absl::Span<uint8_t> output) override {
+  using Executable::Run;
+  absl::Status Run(absl::Span<const uint8_t> input, absl::Span<uint8_t> output,
+                   const CancelCheck& cancelled) override {
+    RunLog& log = *state_->options.log;
+    const absl::Time start = absl::Now();
+    log.Started();
+    absl::Status status = RunInstrumented(input, output, cancelled);
+    log.Ended({start, absl::Now(), status});
+    return status;
+  }
+
+ private:
+  absl::Status RunInstrumented(absl::Span<const uint8_t> input, absl::Span<uint8_t> output,
+                               const CancelCheck& cancelled) {
     const InstrumentedBackendOptions& options = state_->options;
     const int64_t index = state_->started.fetch_add(1);
     absl::Time until;
@@ -44,7 +57,7 @@ class InstrumentedExecutable : public Executable {
     }
     const absl::Time now = absl::Now();
     if (now < until) absl::SleepFor(until - now);
-    absl::Status status = inner_->Run(input, output);
+    absl::Status status = inner_->Run(input, output, cancelled);
     if (!status.ok()) return status;
     if (options.output_scale != 1.0f) {
       const size_t count = output.size() / DTypeSize(dtype_);
@@ -57,13 +70,46 @@ class InstrumentedExecutable : public Executable {
     return absl::OkStatus();
   }
 
- private:
   const std::shared_ptr<Executable> inner_;
   const DType dtype_;
   const std::shared_ptr<InstrumentedBackend::State> state_;
 };
 
 }  // namespace
+
+void RunLog::Started() {
+  absl::MutexLock lock(&mu_);
+  ++started_;
+}
+
+void RunLog::Ended(Run run) {
+  absl::MutexLock lock(&mu_);
+  ended_.push_back(std::move(run));
+}
+
+bool RunLog::AwaitStarted(int runs, absl::Duration timeout) const {
+  absl::MutexLock lock(&mu_);
+  const auto enough = [this, runs]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return started_ >= runs; };
+  return mu_.AwaitWithTimeout(absl::Condition(&enough), timeout);
+}
+
+bool RunLog::AwaitEnded(int runs, absl::Duration timeout) const {
+  absl::MutexLock lock(&mu_);
+  const auto enough = [this, runs]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+    return static_cast<int>(ended_.size()) >= runs;
+  };
+  return mu_.AwaitWithTimeout(absl::Condition(&enough), timeout);
+}
+
+int RunLog::started() const {
+  absl::MutexLock lock(&mu_);
+  return started_;
+}
+
+std::vector<RunLog::Run> RunLog::ended() const {
+  absl::MutexLock lock(&mu_);
+  return ended_;
+}
 
 InstrumentedBackend::InstrumentedBackend(std::unique_ptr<Backend> inner,
                                          InstrumentedBackendOptions options)

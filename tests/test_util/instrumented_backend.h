@@ -1,7 +1,7 @@
-// A Backend for tests that wraps a real one and counts, stalls or perturbs
-// its runs: the server's request count (which it does not export), a server
-// that stops answering for a known time, a server that returns wrong numbers
-// or fails some requests.
+// A Backend for tests that wraps a real one and counts, logs, stalls or
+// perturbs its runs: the server's request count (which it does not export),
+// when each run started and ended and how, a server that stops answering for
+// a known time, a server that returns wrong numbers or fails some requests.
 #ifndef CONVSERVE_TESTS_TEST_UTIL_INSTRUMENTED_BACKEND_H_
 #define CONVSERVE_TESTS_TEST_UTIL_INSTRUMENTED_BACKEND_H_
 
@@ -9,13 +9,47 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "engine/backend.h"
 
 namespace convserve {
 
+// Every Run of an InstrumentedBackend's executables, as the server's worker
+// saw it: when it started, when it returned and with what status. Shared by
+// the test and the executables (which may outlive the backend's caller).
+// Thread-safe.
+class RunLog {
+ public:
+  struct Run {
+    absl::Time start;
+    absl::Time end;
+    absl::Status status;
+  };
+
+  void Started();
+  void Ended(Run run);
+  // Wait up to `timeout` until at least `runs` runs have started (ended);
+  // false on timeout.
+  bool AwaitStarted(int runs, absl::Duration timeout) const;
+  bool AwaitEnded(int runs, absl::Duration timeout) const;
+  int started() const;
+  // The runs that have returned, in the order they returned.
+  std::vector<Run> ended() const;
+
+ private:
+  mutable absl::Mutex mu_;
+  int started_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<Run> ended_ ABSL_GUARDED_BY(mu_);
+};
+
 struct InstrumentedBackendOptions {
+  // Records every Run; the test keeps a copy of the pointer.
+  std::shared_ptr<RunLog> log = std::make_shared<RunLog>();
   // Incremented after every successful Run of any executable; the test keeps
   // a copy of the pointer to read the count while the server owns the backend.
   std::shared_ptr<std::atomic<int64_t>> runs = std::make_shared<std::atomic<int64_t>>(0);

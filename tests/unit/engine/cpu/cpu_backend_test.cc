@@ -19,12 +19,15 @@
 #include "absl/types/span.h"
 #include "engine/graph.h"
 #include "engine/tensor.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/test_util/random_tensor.h"
 #include "tests/test_util/naive_conv.h"
 
 namespace convserve {
 namespace {
+
+using ::testing::HasSubstr;
 
 // Relative L2 bounds against the double reference. The backend accumulates in
 // float and rounds every layer's output to the dtype, so its error is the
@@ -504,6 +507,83 @@ TEST(CpuBackendTest, RunRejectsBuffersOfTheWrongSize) {
             absl::StatusCode::kInvalidArgument);
   std::string long_output = output + "xx";
   EXPECT_FALSE((*executable)->Run(AsBytes(input), AsMutableBytes(long_output)).ok());
+}
+
+// `layers` padded 3x3 float32 NCHW layers of 4 channels, so every layer
+// keeps the 1x4x8x8 shape: for the cancellation tests.
+std::shared_ptr<const Graph> ChainGraph(int layers) {
+  GraphSpec spec;
+  spec.name = "chain";
+  spec.dtype = DType::kFloat32;
+  spec.layout = Layout::kNCHW;
+  spec.input_channels = 4;
+  for (int i = 0; i < layers; ++i) {
+    ConvLayerSpec layer;
+    layer.out_channels = 4;
+    SetGeometry(GeometryKind::kPlain, 2, &layer);
+    layer.activation.kind = ActivationKind::kTanh;
+    spec.layers.push_back(layer);
+  }
+  std::mt19937_64 rng(kBaseSeed + 4000 + layers);
+  FillParameters(&spec, &rng);
+  absl::StatusOr<std::shared_ptr<const Graph>> graph = Graph::Create(spec);
+  EXPECT_TRUE(graph.ok()) << graph.status();
+  return graph.ok() ? *graph : nullptr;
+}
+
+TEST(CpuBackendTest, CancelCheckThatTurnsTrueAfterLayerKStopsTheRunThere) {
+  constexpr int kLayers = 5;
+  std::shared_ptr<const Graph> graph = ChainGraph(kLayers);
+  ASSERT_NE(graph, nullptr);
+  std::unique_ptr<CpuBackend> backend = MakeBackend(2);
+  ASSERT_NE(backend, nullptr);
+  absl::StatusOr<std::shared_ptr<Executable>> executable = backend->Compile(graph, {1, 4, 8, 8});
+  ASSERT_TRUE(executable.ok()) << executable.status();
+  std::mt19937_64 rng(kBaseSeed + 4100);
+  const std::string input = RandomTensor(DType::kFloat32, 4 * 8 * 8, 1.0f, &rng);
+  std::string output(NumElements((*executable)->output_shape()) * sizeof(float), '\0');
+  for (int k = 1; k < kLayers; ++k) {
+    SCOPED_TRACE(absl::StrCat("the check turns true after layer ", k));
+    // Poll p comes after layer p has run and before layer p + 1 would.
+    int polls = 0;
+    const CancelCheck cancelled = [&polls, k] { return ++polls >= k; };
+    const absl::Status status =
+        (*executable)->Run(AsBytes(input), AsMutableBytes(output), cancelled);
+    EXPECT_EQ(status.code(), absl::StatusCode::kCancelled) << status;
+    // No poll after the one that said stop, so no layer after layer k either.
+    EXPECT_EQ(polls, k);
+    EXPECT_THAT(std::string(status.message()),
+                HasSubstr(absl::StrCat("graph 'chain' stopped after layer ", k, " of ", kLayers,
+                                       ": the client cancelled or the deadline passed")));
+  }
+}
+
+TEST(CpuBackendTest, CancelCheckIsPolledBetweenLayersOnlyAndFalseChangesNothing) {
+  for (int layers : {1, 2, 5}) {
+    SCOPED_TRACE(absl::StrCat(layers, " layers"));
+    std::shared_ptr<const Graph> graph = ChainGraph(layers);
+    ASSERT_NE(graph, nullptr);
+    std::unique_ptr<CpuBackend> backend = MakeBackend(2);
+    ASSERT_NE(backend, nullptr);
+    absl::StatusOr<std::shared_ptr<Executable>> executable =
+        backend->Compile(graph, {1, 4, 8, 8});
+    ASSERT_TRUE(executable.ok()) << executable.status();
+    std::mt19937_64 rng(kBaseSeed + 4200 + layers);
+    const std::string input = RandomTensor(DType::kFloat32, 4 * 8 * 8, 1.0f, &rng);
+    const size_t output_bytes = NumElements((*executable)->output_shape()) * sizeof(float);
+    std::string checked(output_bytes, '\xff');
+    std::string unchecked(output_bytes, '\xff');
+    int polls = 0;
+    const CancelCheck never = [&polls] {
+      ++polls;
+      return false;
+    };
+    ASSERT_TRUE((*executable)->Run(AsBytes(input), AsMutableBytes(checked), never).ok());
+    ASSERT_TRUE((*executable)->Run(AsBytes(input), AsMutableBytes(unchecked)).ok());
+    // Not before the first layer: the runner checks before the work starts.
+    EXPECT_EQ(polls, layers - 1);
+    EXPECT_EQ(checked, unchecked);
+  }
 }
 
 TEST(CpuBackendTest, CompileRejectsShapesTheGraphCannotTake) {
