@@ -8,7 +8,9 @@
 #include "absl/time/time.h"
 #include "engine/cpu/cpu_backend.h"
 #include "engine/runtime/backend_runner.h"
+#include "engine/runtime/plan_store.h"
 #include "engine/status_macros.h"
+#include "spdlog/spdlog.h"
 #if CONVSERVE_WITH_CUDA
 #include "engine/cudnn/cudnn_backend.h"
 #include "engine/runtime/device_pool.h"
@@ -37,6 +39,28 @@ std::string SiblingExecutable(const std::string& name) {
   return path.substr(0, path.rfind('/') + 1) + name;
 }
 
+// --plan_cache_dir=auto: the user's cache directory when it can be written,
+// else none (a private temporary directory; verdicts then last one process).
+std::string AutoPlanCacheDir() {
+  const char* xdg = std::getenv("XDG_CACHE_HOME");
+  const char* home = std::getenv("HOME");
+  std::string dir;
+  if (xdg != nullptr && *xdg != '\0') {
+    dir = absl::StrCat(xdg, "/convserve");
+  } else if (home != nullptr && *home != '\0') {
+    dir = absl::StrCat(home, "/.cache/convserve");
+  }
+  if (dir.empty()) return "";
+  absl::StatusOr<std::unique_ptr<PlanStore>> store = PlanStore::Open(dir);
+  if (!store.ok()) {
+    spdlog::warn("--plan_cache_dir=auto: {}; quarantine verdicts will not outlive this process "
+                 "(set --plan_cache_dir to a writable directory)",
+                 std::string(store.status().message()));
+    return "";
+  }
+  return dir;
+}
+
 absl::StatusOr<RunnerChoice> MakeGpu(const BackendConfig& config) {
   DevicePoolOptions options;
   options.devices = config.gpus;
@@ -56,7 +80,8 @@ absl::StatusOr<RunnerChoice> MakeGpu(const BackendConfig& config) {
     options.prober_binary =
         config.prober_binary.empty() ? SiblingExecutable("convserve-prober") : config.prober_binary;
   }
-  options.plan_cache_dir = config.plan_cache_dir;
+  options.plan_cache_dir =
+      config.plan_cache_dir == "auto" ? AutoPlanCacheDir() : config.plan_cache_dir;
   if (config.prober_candidate_timeout_seconds <= 0) {
     return absl::InvalidArgumentError("--prober_candidate_timeout_seconds must be > 0");
   }

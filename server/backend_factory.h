@@ -44,7 +44,8 @@ struct BackendConfig {
   bool engine_prober = true;
   // The prober executable; empty: convserve-prober next to this executable.
   std::string prober_binary;
-  // Plan store directory (quarantine verdicts); empty: private temporary.
+  // Plan store directory (quarantine verdicts); "auto": the user's cache
+  // directory if writable; empty: a private temporary one.
   std::string plan_cache_dir;
   // Longest time one candidate may run in the prober before it counts as hung.
   double prober_candidate_timeout_seconds = 120;

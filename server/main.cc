@@ -89,15 +89,6 @@ namespace {
 // Exit status when the process stops because no GPU can serve (docs/deploy.md).
 constexpr int kExitNoHealthyGpu = 3;
 
-// --plan_cache_dir=auto: the user's cache directory, else none.
-std::string DefaultPlanCacheDir() {
-  const char* xdg = std::getenv("XDG_CACHE_HOME");
-  if (xdg != nullptr && *xdg != '\0') return absl::StrCat(xdg, "/convserve");
-  const char* home = std::getenv("HOME");
-  if (home != nullptr && *home != '\0') return absl::StrCat(home, "/.cache/convserve");
-  return "";
-}
-
 int Run() {
   const std::string log_level = absl::GetFlag(FLAGS_log_level);
   const spdlog::level::level_enum level = spdlog::level::from_str(log_level);
@@ -140,9 +131,7 @@ int Run() {
   backend_config.cudnn_errata = absl::GetFlag(FLAGS_cudnn_errata);
   backend_config.engine_prober = absl::GetFlag(FLAGS_engine_prober);
   backend_config.prober_binary = absl::GetFlag(FLAGS_prober_binary);
-  backend_config.plan_cache_dir = absl::GetFlag(FLAGS_plan_cache_dir) == "auto"
-                                      ? DefaultPlanCacheDir()
-                                      : absl::GetFlag(FLAGS_plan_cache_dir);
+  backend_config.plan_cache_dir = absl::GetFlag(FLAGS_plan_cache_dir);
   backend_config.prober_candidate_timeout_seconds =
       absl::GetFlag(FLAGS_prober_candidate_timeout_seconds);
   backend_config.log_level = log_level;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
@@ -174,6 +175,7 @@ absl::StatusOr<std::unique_ptr<DevicePool>> DevicePool::Create(const DevicePoolO
   std::string store_directory = options.plan_cache_dir;
   if (store_directory.empty()) {
     ASSIGN_OR_RETURN(store_directory, PrivateStoreDirectory());
+    pool->private_store_dir_ = store_directory;
     spdlog::info("no --plan_cache_dir: quarantine verdicts are kept in {} for this process only",
                  store_directory);
   }
@@ -251,6 +253,11 @@ DevicePool::~DevicePool() {
   }
   for (auto& device : devices_) {
     for (auto& worker : device->workers) worker->thread.join();
+    device->prober.reset();  // stops the process before its store goes
+  }
+  if (!private_store_dir_.empty()) {
+    std::error_code ignored;
+    std::filesystem::remove_all(private_store_dir_, ignored);
   }
 }
 

@@ -131,6 +131,9 @@ class DevicePool : public RequestRunner {
   std::map<std::string, std::string> versions_;
   std::string policy_;  // engine selection, part of every key
   std::unique_ptr<PlanStore> store_;
+  // The temporary store directory this pool made (no --plan_cache_dir), and
+  // removes when it is destroyed; empty otherwise.
+  std::string private_store_dir_;
   std::vector<std::unique_ptr<Device>> devices_;
   PlanCache<EngineChoice> choices_;
   PlanCache<ConvLayerPlan> plans_;

@@ -398,6 +398,33 @@ class KubernetesTest(unittest.TestCase):
         self.assertIn(self.container["image"].split(":")[0], image_names)
 
 
+class PlanCacheVolumeTest(unittest.TestCase):
+    """The plan store (quarantine verdicts) is on a volume wherever the image runs, so a
+    candidate that faulted stays quarantined after the restart the fault causes."""
+
+    def setUp(self):
+        env = " ".join(rest for word, rest in dockerfile_instructions() if word == "ENV")
+        match = re.search(r"\bCONVSERVE_PLAN_CACHE_DIR=(\S+)", env)
+        self.assertIsNotNone(match, "the image sets no CONVSERVE_PLAN_CACHE_DIR")
+        self.path = match.group(1)
+
+    def test_image_declares_the_volume(self):
+        volumes = " ".join(rest for word, rest in dockerfile_instructions() if word == "VOLUME")
+        self.assertIn(self.path, volumes)
+
+    def test_compose_mounts_it(self):
+        volumes = load_one(source("deploy", "compose.yaml"))["services"]["convserve"]["volumes"]
+        self.assertIn(self.path, [v.split(":")[1] for v in volumes])
+
+    def test_kubernetes_mounts_it(self):
+        deployment = only(k8s_documents(), "Deployment")
+        container = deployment["spec"]["template"]["spec"]["containers"][0]
+        mounts = [m["mountPath"] for m in container.get("volumeMounts", [])]
+        self.assertIn(self.path, mounts)
+        self.assertNotIn("CONVSERVE_PLAN_CACHE_DIR", env_of(container),
+                         "the image's path is the one mounted")
+
+
 class ServerFlagsTest(unittest.TestCase):
     """Every CONVSERVE_* variable set anywhere in deploy/ names a real flag."""
 

@@ -50,6 +50,23 @@ TEST(CudnnErrataTest, ShippedListParses) {
   ASSERT_TRUE(errata.ok()) << errata.status();
 }
 
+TEST(CudnnErrataTest, ShippedListSkipsEngine71OnStridedChannelsFirstConvsOfCudnn914) {
+  absl::StatusOr<std::shared_ptr<const CudnnErrata>> errata = CudnnErrata::Create("");
+  ASSERT_TRUE(errata.ok()) << errata.status();
+  const ConvLayerProblem strided = DilatedFloat32();  // stride 1,2: the fault seen
+  const ErrataRule* rule = (*errata)->Find(91400, 90, strided, Id("unfused:e71:"));
+  ASSERT_NE(rule, nullptr);
+  EXPECT_EQ(rule->name, "cudnn914-e71-strided-cf");
+  EXPECT_EQ((*errata)->Find(91400, 90, strided, Id("unfused:e70:k2=12,k18=0")), nullptr);
+  ConvLayerProblem unit_stride = strided;
+  unit_stride.stride = {1, 1};
+  unit_stride.output = {1, 48, 13, 9};
+  EXPECT_EQ((*errata)->Find(91400, 90, unit_stride, Id("unfused:e71:")), nullptr);
+  ConvLayerProblem channels_last = strided;
+  channels_last.channels_last = true;
+  EXPECT_EQ((*errata)->Find(91400, 90, channels_last, Id("unfused:e71:")), nullptr);
+}
+
 TEST(CudnnErrataTest, RuleMatchesOnEveryCondition) {
   absl::StatusOr<std::vector<ErrataRule>> rules = CudnnErrata::ParseRules(
       "# comment\n"
