@@ -192,7 +192,8 @@ int Run() {
   (*server)->Shutdown(absl::Seconds(absl::GetFlag(FLAGS_shutdown_grace_seconds)));
   spdlog::info("stopped: {} requests accepted, {} answered", (*core)->accepted(),
                (*core)->answered());
-  return gpu_lost ? kExitNoHealthyGpu : 0;
+  // A GPU may also have been lost during a SIGTERM drain.
+  return gpu_lost || !(*core)->runner().healthy() ? kExitNoHealthyGpu : 0;
 }
 
 }  // namespace

@@ -2,13 +2,17 @@
 // convserve-server, so that a candidate that faults takes down this process
 // and its CUDA context, not the server's. Started by the server with its
 // stdin and stdout on a socket; speaks the line protocol of
-// engine/runtime/prober_protocol.h; logs to stderr (the server's log). Not
-// meant to be run by hand, except to reproduce a search:
+// engine/runtime/prober_protocol.h on the fd the server gives it; logs to
+// stderr (the server's log). Not meant to be run by hand, except to
+// reproduce a search (the protocol then runs on stdin and stdout):
 //   echo "SEARCH <problem>" | convserve-prober --device=0 --plan_cache_dir=DIR
+#include <signal.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
+#include <algorithm>
+
 #include <cstdio>
-#include <iostream>
 #include <optional>
 #include <string>
 #include <vector>
@@ -44,14 +48,20 @@ ABSL_FLAG(int, testing_fault_candidate_rank, -1,
 ABSL_FLAG(std::string, only_candidate, "",
           "reproduction aid: run only the engine candidate with this id (e.g. fused:e12:k2=3)");
 ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error or off");
+ABSL_FLAG(int, protocol_fd, -1,
+          "fd of the protocol socket (the server passes 3); -1: stdin and stdout, to run by hand");
+ABSL_FLAG(int, parent_pid, 0, "the server's pid: the prober exits when that process is gone");
 
 namespace convserve {
 namespace {
 
+// Where protocol lines go: the protocol socket, or stdout when run by hand.
+FILE* protocol_out = stdout;
+
 void Say(const std::string& line) {
-  std::fwrite(line.data(), 1, line.size(), stdout);
-  std::fputc('\n', stdout);
-  std::fflush(stdout);
+  std::fwrite(line.data(), 1, line.size(), protocol_out);
+  std::fputc('\n', protocol_out);
+  std::fflush(protocol_out);
 }
 
 // Reports each step on stdout and vetoes quarantined candidates.
@@ -85,8 +95,21 @@ class ProtocolObserver : public SearchObserver {
 };
 
 int Run() {
-  // Only the socket on stdin/stdout is ours; drop anything else inherited.
-  close_range(3, ~0U, 0);
+  const int protocol_fd = absl::GetFlag(FLAGS_protocol_fd);
+  // Only the protocol socket is ours; drop anything else inherited.
+  if (protocol_fd > 3) close_range(3, protocol_fd - 1, 0);
+  close_range(std::max(protocol_fd, 2) + 1, ~0U, 0);
+  // Die with the server, even when it is killed outright: a prober left
+  // behind would hold GPU memory (and maybe a hung kernel) for nothing.
+  const int parent = absl::GetFlag(FLAGS_parent_pid);
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (parent > 0 && getppid() != parent) return 1;
+  FILE* protocol_in = stdin;
+  if (protocol_fd >= 0) {
+    protocol_in = fdopen(protocol_fd, "r");
+    protocol_out = fdopen(dup(protocol_fd), "w");
+    if (protocol_in == nullptr || protocol_out == nullptr) return 2;
+  }
   // stdout carries the protocol; every log line goes to stderr.
   spdlog::set_default_logger(spdlog::stderr_color_mt("prober"));
   spdlog::set_pattern(absl::StrCat("[%Y-%m-%d %H:%M:%S.%e] [prober gpu ",
@@ -145,9 +168,13 @@ int Run() {
   options.only = absl::GetFlag(FLAGS_only_candidate);
   Say(absl::StrCat("READY ", EscapeLine(target.Key())));
 
-  std::string line;
   uint64_t searches = 0;
-  while (std::getline(std::cin, line)) {
+  char* raw_line = nullptr;
+  size_t capacity = 0;
+  ssize_t length = 0;
+  while ((length = getline(&raw_line, &capacity, protocol_in)) > 0) {
+    std::string line(raw_line, static_cast<size_t>(length));
+    if (!line.empty() && line.back() == '\n') line.pop_back();
     std::pair<std::string, std::string> command = absl::StrSplit(line, absl::MaxSplits(' ', 1));
     if (command.first != "SEARCH") {
       Say(absl::StrCat("ERROR ", static_cast<int>(absl::StatusCode::kInvalidArgument), " ",
@@ -171,7 +198,8 @@ int Run() {
         // The context is gone: say who did it and leave without cleanup,
         // which would only fail (or hang) on a dead context.
         Say(absl::StrCat("FAULT ", observer.in_flight() ? observer.in_flight()->ToString() : "-",
-                         " ", EscapeLine(report.status().message())));
+                         IsHardwareCudaError(lost) ? " hardware " : " candidate ",
+                         EscapeLine(report.status().message())));
         spdlog::error("CUDA context lost ({}) while running {}: {}", cudaGetErrorName(lost),
                       observer.in_flight() ? observer.in_flight()->ToString() : "no candidate",
                       std::string(report.status().message()));
@@ -184,6 +212,7 @@ int Run() {
     for (const std::string& skipped : report->skipped) Say("SKIPPED " + EscapeLine(skipped));
     Say(report->timed ? "DONE timed" : "DONE untimed");
   }
+  std::free(raw_line);
   return 0;
 }
 

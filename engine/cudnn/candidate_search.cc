@@ -30,7 +30,7 @@ class CandidateRunner {
                   ProbeBuffers& buffers)
       : planner_(planner), stream_(stream), problem_(problem), buffers_(buffers) {}
 
-  // Runs one candidate. A non-OK status means the device is lost (sticky
+  // Runs one candidate. A non-OK status means the device is lost (a sticky
   // error); otherwise `result` says whether the candidate passed.
   absl::Status Run(CandidateSet& set, size_t index, bool fault_for_testing,
                    CandidateResult* result, std::optional<ConvLayerPlan>* plan_out) {
@@ -38,18 +38,22 @@ class CandidateRunner {
     absl::StatusOr<ConvLayerPlan> plan = planner_.Finalize(problem_, set, index);
     if (!plan.ok()) return Reject(result, "does not finalize: ", plan.status());
     result->workspace_bytes = plan->workspace_bytes();
-    RETURN_IF_ERROR(buffers_.ReserveWorkspace(plan->workspace_bytes()));
+    // Failures that leave the device usable (no memory for a large
+    // workspace, say) reject this candidate; a lost context ends the search.
+    absl::Status prepared = buffers_.ReserveWorkspace(plan->workspace_bytes());
+    if (prepared.ok()) prepared = buffers_.Reset();
+    if (prepared.ok()) prepared = plan->Bind(problem_, buffers_.buffers());
+    if (StickyCudaError(prepared, stream_) != cudaSuccess) return prepared;
+    if (!prepared.ok()) return Reject(result, "cannot be prepared: ", prepared);
     const ConvLayerBuffers b = buffers_.buffers();
     spdlog::debug("{}: x {} w {} y {} workspace {} ({} bytes)", result->id.ToString(),
                   absl::StrFormat("%p", b.x), absl::StrFormat("%p", b.w),
                   absl::StrFormat("%p", b.y), absl::StrFormat("%p", b.workspace),
                   plan->workspace_bytes());
     if (fault_for_testing) {
-      RETURN_IF_ERROR(LaunchMisalignedWriteForTesting(buffers_.buffers().y, stream_));
+      RETURN_IF_ERROR(LaunchMisalignedWriteForTesting(b.y, stream_));
       CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
     }
-    RETURN_IF_ERROR(plan->Bind(problem_, buffers_.buffers()));
-    RETURN_IF_ERROR(buffers_.PoisonOutput());
     absl::Status ran = plan->RunBound(planner_.handle(), stream_, problem_);
     if (ran.ok()) {
       const cudaError_t synced = cudaStreamSynchronize(stream_);

@@ -72,6 +72,11 @@ bool IsStickyCudaError(cudaError_t error) {
   }
 }
 
+bool IsHardwareCudaError(cudaError_t error) {
+  return error == cudaErrorECCUncorrectable || error == cudaErrorNvlinkUncorrectable ||
+         error == cudaErrorContained || error == cudaErrorExternalDevice;
+}
+
 cudaError_t CudaErrorOf(const absl::Status& status) {
   const auto payload = status.GetPayload(kCudaErrorPayload);
   int code = 0;

@@ -21,6 +21,9 @@ absl::Status CudaError(cudaError_t error, const char* expression, const char* fi
 // NVLink error, contained or external-device errors. Every later call fails
 // too, until the process exits.
 bool IsStickyCudaError(cudaError_t error);
+// Sticky errors the hardware reports (uncorrectable ECC or NVLink errors,
+// contained or external-device errors): no kernel is to blame for them.
+bool IsHardwareCudaError(cudaError_t error);
 // The CUDA error a status from CudaError carries, or cudaSuccess.
 cudaError_t CudaErrorOf(const absl::Status& status);
 // The sticky error behind `status`, or cudaSuccess: from the status itself,

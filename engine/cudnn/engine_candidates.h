@@ -23,10 +23,11 @@ namespace convserve {
 // One finalized engine configuration and the descriptors it owns.
 struct EngineCandidate {
   EngineConfigId id;
+  // The engine and knob-choice descriptors a rebuilt config refers to
+  // (declared first: destroyed after the config).
+  std::vector<BackendDescriptor> parts;
   // CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, finalized.
   BackendDescriptor config;
-  // The engine and knob-choice descriptors a rebuilt config refers to.
-  std::vector<BackendDescriptor> parts;
   // cuDNN compiles this engine's kernel at plan finalization (NVRTC).
   bool runtime_compiled = false;
 };

@@ -13,7 +13,6 @@ namespace convserve {
 namespace {
 
 constexpr uint8_t kGuardByte = 0xA5;
-constexpr uint32_t kGuardWord = 0xA5A5A5A5u;
 constexpr size_t kMinGuard = 64 << 10;
 constexpr size_t kMaxGuard = 64 << 20;
 constexpr int kThreads = 256;
@@ -31,9 +30,14 @@ __device__ inline float Uniform(uint64_t seed, uint64_t i) {
   return static_cast<float>(z >> 40) * (2.0f / 16777216.0f) - 1.0f;
 }
 
-__device__ inline void Store(float* p, float v) { *p = v; }
-__device__ inline void Store(__half* p, float v) { *p = __float2half_rn(v); }
-__device__ inline void Store(__nv_bfloat16* p, float v) { *p = __float2bfloat16_rn(v); }
+__device__ inline float Convert(float v, float) { return v; }
+__device__ inline __half Convert(float v, __half) { return __float2half_rn(v); }
+__device__ inline __nv_bfloat16 Convert(float v, __nv_bfloat16) { return __float2bfloat16_rn(v); }
+__device__ inline bool SameBits(float a, float b) { return __float_as_uint(a) == __float_as_uint(b); }
+__device__ inline bool SameBits(__half a, __half b) { return __half_as_ushort(a) == __half_as_ushort(b); }
+__device__ inline bool SameBits(__nv_bfloat16 a, __nv_bfloat16 b) {
+  return __bfloat16_as_ushort(a) == __bfloat16_as_ushort(b);
+}
 
 __device__ inline bool IsPoison(float v) { return __float_as_uint(v) == 0xFFFFFFFFu; }
 __device__ inline bool IsPoison(__half v) { return __half_as_ushort(v) == 0xFFFFu; }
@@ -42,23 +46,34 @@ __device__ inline float Load(float v) { return v; }
 __device__ inline float Load(__half v) { return __half2float(v); }
 __device__ inline float Load(__nv_bfloat16 v) { return __bfloat162float(v); }
 
+__device__ inline void Record(unsigned long long offset, unsigned long long* results) {
+  atomicAdd(&results[kMismatches], 1ull);
+  atomicMin(&results[kFirst], offset);
+  atomicMax(&results[kLast], offset);
+}
+
+// `verify`: count elements that differ from the fill instead of writing it.
 template <typename T>
-__global__ void FillUniformKernel(T* data, int64_t count, uint64_t seed, float scale) {
+__global__ void UniformKernel(T* data, int64_t count, uint64_t seed, float scale, bool verify,
+                              unsigned long long* results) {
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    Store(data + i, Uniform(seed, i) * scale);
+    const T expected = Convert(Uniform(seed, i) * scale, T());
+    if (!verify) {
+      data[i] = expected;
+    } else if (!SameBits(data[i], expected)) {
+      Record(static_cast<unsigned long long>(i) * sizeof(T), results);
+    }
   }
 }
 
-__global__ void GuardScanKernel(const uint32_t* words, int64_t count, int64_t base,
+// Bytes [begin, end) of `block` that are not the guard byte; offsets from
+// the block's start.
+__global__ void GuardScanKernel(const uint8_t* block, int64_t begin, int64_t end,
                                 unsigned long long* results) {
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
+  for (int64_t i = begin + static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < end;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    if (words[i] != kGuardWord) {
-      atomicAdd(&results[kMismatches], 1ull);
-      atomicMin(&results[kFirst], static_cast<unsigned long long>(base + i * 4));
-      atomicMax(&results[kLast], static_cast<unsigned long long>(base + i * 4));
-    }
+    if (block[i] != kGuardByte) Record(static_cast<unsigned long long>(i), results);
   }
 }
 
@@ -83,9 +98,27 @@ int Blocks(int64_t count) {
 }
 
 template <typename T>
-void LaunchFill(void* data, int64_t count, uint64_t seed, float scale, cudaStream_t stream) {
-  FillUniformKernel<T><<<Blocks(count), kThreads, 0, stream>>>(static_cast<T*>(data), count, seed,
-                                                               scale);
+void LaunchUniform(void* data, int64_t count, uint64_t seed, float scale, bool verify,
+                   unsigned long long* results, cudaStream_t stream) {
+  UniformKernel<T><<<Blocks(count), kThreads, 0, stream>>>(static_cast<T*>(data), count, seed,
+                                                           scale, verify, results);
+}
+
+absl::Status Uniform(DType dtype, void* data, int64_t count, uint64_t seed, float scale,
+                     bool verify, unsigned long long* results, cudaStream_t stream) {
+  switch (dtype) {
+    case DType::kFloat32:
+      LaunchUniform<float>(data, count, seed, scale, verify, results, stream);
+      break;
+    case DType::kFloat16:
+      LaunchUniform<__half>(data, count, seed, scale, verify, results, stream);
+      break;
+    case DType::kBFloat16:
+      LaunchUniform<__nv_bfloat16>(data, count, seed, scale, verify, results, stream);
+      break;
+  }
+  CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  return absl::OkStatus();
 }
 
 template <typename T>
@@ -93,23 +126,6 @@ void LaunchOutputScan(const void* data, int64_t count, unsigned long long* resul
                       cudaStream_t stream) {
   OutputScanKernel<T><<<Blocks(count), kThreads, 0, stream>>>(static_cast<const T*>(data), count,
                                                               results);
-}
-
-absl::Status Fill(DType dtype, void* data, int64_t count, uint64_t seed, float scale,
-                  cudaStream_t stream) {
-  switch (dtype) {
-    case DType::kFloat32:
-      LaunchFill<float>(data, count, seed, scale, stream);
-      break;
-    case DType::kFloat16:
-      LaunchFill<__half>(data, count, seed, scale, stream);
-      break;
-    case DType::kBFloat16:
-      LaunchFill<__nv_bfloat16>(data, count, seed, scale, stream);
-      break;
-  }
-  CUDA_RETURN_IF_ERROR(cudaGetLastError());
-  return absl::OkStatus();
 }
 
 }  // namespace
@@ -120,42 +136,40 @@ absl::StatusOr<ProbeBuffers::Guarded> ProbeBuffers::Allocate(size_t bytes) {
   buffer.capacity = (std::max<size_t>(bytes, 1) + 255) / 256 * 256;
   buffer.guard = std::clamp(buffer.capacity, kMinGuard, kMaxGuard) / 256 * 256;
   ASSIGN_OR_RETURN(buffer.block, DeviceBuffer::Create(buffer.capacity + 2 * buffer.guard));
+  RETURN_IF_ERROR(ResetBlock(buffer));
+  return buffer;
+}
+
+absl::Status ProbeBuffers::ResetBlock(const Guarded& buffer) {
   CUDA_RETURN_IF_ERROR(
       cudaMemsetAsync(buffer.block.data(), kGuardByte, buffer.block.bytes(), stream_));
-  return buffer;
+  return absl::OkStatus();
 }
 
 absl::StatusOr<ProbeBuffers> ProbeBuffers::Create(const ConvLayerProblem& problem,
                                                   cudaStream_t stream, uint64_t seed) {
   ProbeBuffers probe(problem, stream);
   const size_t element = DTypeSize(problem.dtype);
-  ASSIGN_OR_RETURN(probe.x_, probe.Allocate(NumElements(problem.input) * element));
-  ASSIGN_OR_RETURN(probe.w_, probe.Allocate(NumElements(problem.weights) * element));
-  ASSIGN_OR_RETURN(probe.bias_, probe.Allocate(problem.output[1] * element));
+  int64_t fan_in = 1;
+  for (size_t d = 1; d < problem.weights.size(); ++d) fan_in *= problem.weights[d];
+  probe.x_fill_ = {NumElements(problem.input), seed, 1.0f};
+  probe.w_fill_ = {NumElements(problem.weights), seed + 1,
+                   1.0f / std::sqrt(static_cast<float>(fan_in))};
+  probe.bias_fill_ = {problem.output[1], seed + 2, 1.0f};
+  ASSIGN_OR_RETURN(probe.x_, probe.Allocate(probe.x_fill_.count * element));
+  ASSIGN_OR_RETURN(probe.w_, probe.Allocate(probe.w_fill_.count * element));
+  ASSIGN_OR_RETURN(probe.bias_, probe.Allocate(probe.bias_fill_.count * element));
   ASSIGN_OR_RETURN(probe.y_, probe.Allocate(NumElements(problem.output) * element));
   ASSIGN_OR_RETURN(probe.workspace_, probe.Allocate(0));
   ASSIGN_OR_RETURN(probe.results_, DeviceBuffer::Create(kSlots * sizeof(unsigned long long)));
-  int64_t fan_in = 1;
-  for (size_t d = 1; d < problem.weights.size(); ++d) fan_in *= problem.weights[d];
-  RETURN_IF_ERROR(Fill(problem.dtype, probe.x_.data(), NumElements(problem.input), seed, 1.0f,
-                       stream));
-  RETURN_IF_ERROR(Fill(problem.dtype, probe.w_.data(), NumElements(problem.weights), seed + 1,
-                       1.0f / std::sqrt(static_cast<float>(fan_in)), stream));
-  RETURN_IF_ERROR(Fill(problem.dtype, probe.bias_.data(), problem.output[1], seed + 2, 1.0f,
-                       stream));
   return probe;
 }
 
 absl::Status ProbeBuffers::ReserveWorkspace(int64_t bytes) {
   if (static_cast<int64_t>(workspace_.capacity) < bytes) {
     ASSIGN_OR_RETURN(workspace_, Allocate(bytes));
-    return absl::OkStatus();
   }
-  // Reuse the allocation; what this candidate may not use becomes guard.
-  workspace_.bytes = bytes;
-  const size_t used = (workspace_.bytes + 3) / 4 * 4;
-  CUDA_RETURN_IF_ERROR(cudaMemsetAsync(static_cast<char*>(workspace_.data()) + used, kGuardByte,
-                                       workspace_.capacity - used, stream_));
+  workspace_.bytes = bytes;  // the rest of the capacity is guard from now on
   return absl::OkStatus();
 }
 
@@ -169,9 +183,17 @@ ConvLayerBuffers ProbeBuffers::buffers() const {
   return b;
 }
 
-absl::Status ProbeBuffers::PoisonOutput() {
-  CUDA_RETURN_IF_ERROR(cudaMemsetAsync(
-      y_.data(), 0xFF, NumElements(problem_.output) * DTypeSize(problem_.dtype), stream_));
+absl::Status ProbeBuffers::Reset() {
+  for (const Guarded* buffer : {&x_, &w_, &bias_, &y_, &workspace_}) {
+    RETURN_IF_ERROR(ResetBlock(*buffer));
+  }
+  const std::pair<const Guarded*, const Fill*> inputs[] = {
+      {&x_, &x_fill_}, {&w_, &w_fill_}, {&bias_, &bias_fill_}};
+  for (const auto& [buffer, fill] : inputs) {
+    RETURN_IF_ERROR(Uniform(problem_.dtype, buffer->data(), fill->count, fill->seed, fill->scale,
+                            /*verify=*/false, nullptr, stream_));
+  }
+  CUDA_RETURN_IF_ERROR(cudaMemsetAsync(y_.data(), 0xFF, y_.bytes, stream_));
   return absl::OkStatus();
 }
 
@@ -180,30 +202,43 @@ absl::Status ProbeBuffers::CheckGuards(const Guarded& buffer, const char* name, 
   unsigned long long* results = static_cast<unsigned long long*>(results_.data());
   CUDA_RETURN_IF_ERROR(cudaMemsetAsync(results, 0, kSlots * sizeof(unsigned long long), stream_));
   CUDA_RETURN_IF_ERROR(cudaMemsetAsync(results + kFirst, 0xFF, sizeof(unsigned long long), stream_));
-  const char* block = static_cast<const char*>(buffer.block.data());
-  // The zone before the data, then everything after the bytes in use (the
-  // unused capacity too). Offsets are from the block's start.
-  const int64_t before_words = static_cast<int64_t>(buffer.guard / 4);
-  const int64_t used = static_cast<int64_t>((buffer.bytes + 3) / 4 * 4);
-  const int64_t after_words =
-      (static_cast<int64_t>(buffer.capacity + buffer.guard) - used) / 4;
-  GuardScanKernel<<<Blocks(before_words), kThreads, 0, stream_>>>(
-      reinterpret_cast<const uint32_t*>(block), before_words, 0, results);
-  GuardScanKernel<<<Blocks(after_words), kThreads, 0, stream_>>>(
-      reinterpret_cast<const uint32_t*>(block + buffer.guard + used), after_words,
-      static_cast<int64_t>(buffer.guard) + used, results);
+  const uint8_t* block = static_cast<const uint8_t*>(buffer.block.data());
+  // Byte by byte: the zone before the data, then everything after the bytes
+  // in use (unused capacity included), to the block's end.
+  const int64_t guard = static_cast<int64_t>(buffer.guard);
+  const int64_t after = guard + static_cast<int64_t>(buffer.bytes);
+  const int64_t end = static_cast<int64_t>(buffer.block.bytes());
+  GuardScanKernel<<<Blocks(guard), kThreads, 0, stream_>>>(block, 0, guard, results);
+  GuardScanKernel<<<Blocks(end - after), kThreads, 0, stream_>>>(block, after, end, results);
   CUDA_RETURN_IF_ERROR(cudaGetLastError());
   unsigned long long host[kSlots];
   CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host, results, sizeof(host), cudaMemcpyDeviceToHost, stream_));
   CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
   if (host[kMismatches] > 0) {
     *ok = false;
-    const long long guard = static_cast<long long>(buffer.guard);
+    absl::StrAppend(report, report->empty() ? "" : "; ", "wrote ", host[kMismatches],
+                    " bytes outside ", name, " (", buffer.bytes, " bytes), at offsets ",
+                    static_cast<long long>(host[kFirst]) - guard, " to ",
+                    static_cast<long long>(host[kLast]) - guard, " from its start");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ProbeBuffers::CheckInput(const Guarded& buffer, const Fill& fill, const char* name,
+                                      bool* ok, std::string* report) {
+  unsigned long long* results = static_cast<unsigned long long*>(results_.data());
+  CUDA_RETURN_IF_ERROR(cudaMemsetAsync(results, 0, kSlots * sizeof(unsigned long long), stream_));
+  CUDA_RETURN_IF_ERROR(cudaMemsetAsync(results + kFirst, 0xFF, sizeof(unsigned long long), stream_));
+  RETURN_IF_ERROR(Uniform(problem_.dtype, buffer.data(), fill.count, fill.seed, fill.scale,
+                          /*verify=*/true, results, stream_));
+  unsigned long long host[kSlots];
+  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host, results, sizeof(host), cudaMemcpyDeviceToHost, stream_));
+  CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  if (host[kMismatches] > 0) {
+    *ok = false;
     absl::StrAppend(report, report->empty() ? "" : "; ", "changed ", host[kMismatches],
-                    " guard words around ", name, " (", buffer.bytes,
-                    " bytes), at byte offsets ", static_cast<long long>(host[kFirst]) - guard,
-                    " to ", static_cast<long long>(host[kLast]) - guard + 3,
-                    " from its start");
+                    " elements of its input ", name, ", from byte ",
+                    static_cast<long long>(host[kFirst]));
   }
   return absl::OkStatus();
 }
@@ -216,6 +251,9 @@ absl::Status ProbeBuffers::Check(bool check_output) {
   RETURN_IF_ERROR(CheckGuards(bias_, "bias", &ok, &report));
   RETURN_IF_ERROR(CheckGuards(y_, "y", &ok, &report));
   RETURN_IF_ERROR(CheckGuards(workspace_, "workspace", &ok, &report));
+  RETURN_IF_ERROR(CheckInput(x_, x_fill_, "x", &ok, &report));
+  RETURN_IF_ERROR(CheckInput(w_, w_fill_, "w", &ok, &report));
+  if (problem_.has_bias) RETURN_IF_ERROR(CheckInput(bias_, bias_fill_, "bias", &ok, &report));
   if (check_output) {
     unsigned long long* results = static_cast<unsigned long long*>(results_.data());
     CUDA_RETURN_IF_ERROR(cudaMemsetAsync(results, 0, kSlots * sizeof(unsigned long long), stream_));

@@ -2,9 +2,11 @@
 // fresh random inputs (never zeros), an output poisoned before each run, and
 // every buffer between guard zones. Check() then tells whether the candidate
 // wrote outside its output or workspace (a write that would silently corrupt
-// a neighbour in the serving process, or fault there) and whether it wrote
-// every output element with a finite value. Not thread-safe; used by one
-// search on one stream.
+// a neighbour in the serving process, or fault there), changed its inputs,
+// and wrote every output element with a finite value. Reset() restores
+// everything before the next candidate, so one candidate's stray writes are
+// never blamed on the next. Not thread-safe; used by one search on one
+// stream.
 #ifndef CONVSERVE_ENGINE_CUDNN_PROBE_BUFFERS_H_
 #define CONVSERVE_ENGINE_CUDNN_PROBE_BUFFERS_H_
 
@@ -35,12 +37,15 @@ class ProbeBuffers {
   absl::Status ReserveWorkspace(int64_t bytes);
   ConvLayerBuffers buffers() const;
 
-  // Fills y with a bit pattern no kernel computes (all ones: a NaN in every
-  // dtype), so an element left unwritten is seen.
-  absl::Status PoisonOutput();
-  // OK when every guard byte is intact and (with `check_output`) every
-  // element of y was written with a finite value; else FAILED_PRECONDITION
-  // saying which buffer and where. Synchronizes the stream.
+  // Before each candidate: every guard zone and unused byte back to the
+  // guard pattern, x, w and bias back to their values, and y filled with a
+  // bit pattern no kernel computes (all ones: a NaN in every dtype), so an
+  // element left unwritten is seen.
+  absl::Status Reset();
+  // OK when every guard byte is intact, x, w and bias hold their values and
+  // (with `check_output`) every element of y was written with a finite
+  // value; else FAILED_PRECONDITION saying which buffer and where.
+  // Synchronizes the stream.
   absl::Status Check(bool check_output);
 
  private:
@@ -53,14 +58,24 @@ class ProbeBuffers {
     size_t bytes = 0;
     void* data() const { return static_cast<char*>(block.data()) + guard; }
   };
+  // How an input is filled: uniform in [-scale, scale] from `seed`.
+  struct Fill {
+    int64_t count = 0;
+    uint64_t seed = 0;
+    float scale = 1;
+  };
   ProbeBuffers(const ConvLayerProblem& problem, cudaStream_t stream)
       : problem_(problem), stream_(stream) {}
   absl::StatusOr<Guarded> Allocate(size_t bytes);
   absl::Status CheckGuards(const Guarded& buffer, const char* name, bool* ok,
                            std::string* report);
+  absl::Status CheckInput(const Guarded& buffer, const Fill& fill, const char* name, bool* ok,
+                          std::string* report);
+  absl::Status ResetBlock(const Guarded& buffer);
 
   ConvLayerProblem problem_;
   cudaStream_t stream_;
+  Fill x_fill_, w_fill_, bias_fill_;
   Guarded x_, w_, bias_, y_, workspace_;
   DeviceBuffer results_;  // counters the check kernels write
 };

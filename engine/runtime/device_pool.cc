@@ -38,6 +38,9 @@ struct DevicePool::Task {
   // The engine configuration of each layer, once known: what a fault report
   // names.
   std::string engines;
+  // Their plan store quarantine keys: a lost context while serving them
+  // quarantines them, so the restarted server does not fault the same way.
+  std::vector<std::string> quarantine_keys;
 };
 
 // One worker thread's own CUDA and cuDNN state. Touched only by its thread.
@@ -252,7 +255,9 @@ DevicePool::~DevicePool() {
     device->stopping = true;
   }
   for (auto& device : devices_) {
-    for (auto& worker : device->workers) worker->thread.join();
+    for (auto& worker : device->workers) {
+      if (worker->thread.joinable()) worker->thread.join();  // Create may have failed early
+    }
     device->prober.reset();  // stops the process before its store goes
   }
   if (!private_store_dir_.empty()) {
@@ -298,6 +303,13 @@ absl::Status DevicePool::AddGraph(const std::shared_ptr<const Graph>& graph) {
     }
     absl::StatusOr<std::unique_ptr<DeviceWeights>> weights =
         DeviceWeights::Upload(*graph, device->ordinal);
+    if (!weights.ok() && IsStickyCudaError(CudaErrorOf(weights.status()))) {
+      // The GPU was lost: the graph is served by the others.
+      MarkFailed(*device, absl::StrCat("uploading graph '", graph->name(), "': ",
+                                       weights.status().message()));
+      resources->weights.push_back(nullptr);
+      continue;
+    }
     if (!weights.ok()) {
       return absl::Status(weights.status().code(),
                           absl::StrCat("uploading graph '", graph->name(), "' to GPU ",
@@ -354,38 +366,53 @@ void DevicePool::Submit(InferCall call) {
 }
 
 void DevicePool::Route(std::unique_ptr<Task> task) {
-  // Least outstanding work among healthy GPUs; ties go to the lower slot.
-  Device* target = nullptr;
-  for (const auto& device : devices_) {
-    if (device->lost.load()) continue;
-    if (target == nullptr || device->outstanding.load() < target->outstanding.load()) {
-      target = device.get();
+  const int64_t cost = task->cost;
+  // A GPU can be lost between the pick and the queueing: then pick again.
+  for (size_t attempt = 0; attempt <= devices_.size(); ++attempt) {
+    // Least outstanding work among healthy GPUs; ties go to the lower slot.
+    Device* target = nullptr;
+    for (const auto& device : devices_) {
+      if (device->lost.load()) continue;
+      if (target == nullptr || device->outstanding.load() < target->outstanding.load()) {
+        target = device.get();
+      }
     }
-  }
-  if (target == nullptr) {
-    task->call.done(absl::UnavailableError(
-                        "no healthy GPU is left (each lost its CUDA context; see the server "
-                        "log); the server is restarting"),
+    if (target == nullptr) break;
+    bool stopping = false;
+    {
+      absl::MutexLock lock(&target->mu);
+      if (target->lost.load()) continue;
+      stopping = target->stopping;
+      if (!stopping && static_cast<int>(target->queue.size()) < options_.max_queued_per_device) {
+        target->outstanding += cost;
+        target->queue.push_back(std::move(task));
+        return;
+      }
+    }
+    if (stopping) {
+      // Its workers have exited (the pool is being destroyed).
+      task->call.done(absl::UnavailableError("the server is shutting down"), {}, {});
+      return;
+    }
+    task->call.done(absl::ResourceExhaustedError(absl::StrCat(
+                        "GPU ", target->ordinal, " has ", options_.max_queued_per_device,
+                        " requests waiting (--max_queued_requests); retry later")),
                     {}, {});
     return;
   }
-  const int64_t cost = task->cost;
-  {
-    absl::MutexLock lock(&target->mu);
-    if (static_cast<int>(target->queue.size()) < options_.max_queued_per_device) {
-      target->outstanding += cost;
-      target->queue.push_back(std::move(task));
-      return;
-    }
-  }
-  task->call.done(absl::ResourceExhaustedError(absl::StrCat(
-                      "GPU ", target->ordinal, " has ", options_.max_queued_per_device,
-                      " requests waiting (--max_queued_requests); retry later")),
+  task->call.done(absl::UnavailableError(
+                      "no healthy GPU is left (each lost its CUDA context; see the server "
+                      "log); the server is restarting"),
                   {}, {});
 }
 
 void DevicePool::Drain() {
   accepting_.store(false);
+  // A search may take minutes; accepted requests that still need one are
+  // answered UNAVAILABLE rather than holding up the shutdown.
+  for (auto& device : devices_) {
+    if (device->prober != nullptr) device->prober->Cancel();
+  }
   for (auto& device : devices_) {
     absl::MutexLock lock(&device->mu);
     device->mu.Await(absl::Condition(
@@ -486,7 +513,11 @@ void DevicePool::WorkerLoop(Device* device, Worker* worker) {
       InferTimings timings;
       timings.device = absl::StrCat(device->ordinal);
       absl::Status status = Execute(*device, *worker, *task, &output_shape, &timings);
-      const cudaError_t lost = StickyCudaError(status, worker->stream.get());
+      // Whether this worker's own context is gone: after a sticky error
+      // every call fails with it. (A status may carry a sticky error from
+      // another GPU's search; that is not this GPU's loss.)
+      const cudaError_t own = status.ok() ? cudaSuccess : cudaStreamSynchronize(worker->stream.get());
+      const cudaError_t lost = IsStickyCudaError(own) ? own : cudaSuccess;
       if (lost != cudaSuccess || (!status.ok() && device->lost.load())) {
         const std::string error = absl::StrCat(
             lost != cudaSuccess ? cudaGetErrorName(lost) : "context already lost", " while "
@@ -494,6 +525,18 @@ void DevicePool::WorkerLoop(Device* device, Worker* worker) {
             ShapeToString(task->call.input_shape),
             task->engines.empty() ? "" : absl::StrCat(" (", task->engines, ")"), ": ",
             status.message());
+        if (lost != cudaSuccess && !IsHardwareCudaError(lost)) {
+          // Engines that passed the search and then faulted on real data:
+          // quarantined, or the restarted server would pick them again.
+          for (const std::string& key : task->quarantine_keys) {
+            store_->Put("quarantine", key, absl::StrCat("faulted while serving: ", error))
+                .IgnoreError();
+          }
+          if (!task->quarantine_keys.empty()) {
+            spdlog::error("engine configurations quarantined after the fault on GPU {}: {}",
+                          device->ordinal, task->engines);
+          }
+        }
         MarkFailed(*device, error);
         status = absl::UnavailableError(absl::StrCat(
             "GPU ", device->ordinal, " failed while running this request (",
@@ -515,6 +558,10 @@ void DevicePool::WorkerLoop(Device* device, Worker* worker) {
 absl::StatusOr<EngineChoice> DevicePool::SearchEngine(Device& device, Worker& worker,
                                                       const ConvLayerProblem& problem,
                                                       std::optional<ConvLayerPlan>* searched) {
+  if (!accepting_.load()) {
+    return absl::UnavailableError(
+        "the server is shutting down and this layer shape has no plan yet");
+  }
   SearchReport report;
   if (device.prober != nullptr) {
     ASSIGN_OR_RETURN(report, device.prober->Search(problem));
@@ -539,6 +586,18 @@ absl::StatusOr<EngineChoice> DevicePool::SearchEngine(Device& device, Worker& wo
         spdlog::error("engine candidate {} quarantined on GPU {} for {}: {}{}", id.ToString(),
                       device.ordinal, problem.Describe(), std::string(found.status().message()),
                       stored.ok() ? "" : absl::StrCat(" (not persisted: ", stored.message(), ")"));
+      }
+      const cudaError_t lost = StickyCudaError(found.status(), worker.stream.get());
+      if (lost != cudaSuccess) {
+        // This GPU is lost. The status goes to every request waiting for
+        // this choice, on other GPUs too: it must not carry the CUDA error,
+        // or their workers would think their own GPU lost.
+        MarkFailed(device, absl::StrCat(cudaGetErrorName(lost), " during an in-process engine "
+                                        "search for ", problem.Describe(), ": ",
+                                        found.status().message()));
+        return absl::UnavailableError(absl::StrCat(
+            "GPU ", device.ordinal, " was lost during the engine search for this layer (",
+            cudaGetErrorName(lost), "); retry"));
       }
       return found.status();
     }
@@ -674,10 +733,15 @@ absl::Status DevicePool::Execute(Device& device, Worker& worker, Task& task,
                      LayerPlan(device, worker, graph, i, problems[i]));
     workspace = std::max(workspace, plan->workspace_bytes());
     absl::StrAppend(&task.engines, i == 0 ? "" : ", ", "layers[", i, "] ", plan->id().ToString());
+    task.quarantine_keys.push_back(QuarantineKey(device.target.Key(), problems[i], plan->id()));
     plans.push_back(std::move(plan));
   }
   RETURN_IF_ERROR(Grow(&worker.workspace, workspace));
   timings->build = Seconds(absl::Now() - start);
+  if (cancelled()) {
+    return absl::CancelledError(
+        "the client cancelled or the deadline passed while the request's plans were built");
+  }
 
   const auto buffers_for = [&](size_t i) {
     ConvLayerBuffers b;
@@ -701,6 +765,7 @@ absl::Status DevicePool::Execute(Device& device, Worker& worker, Task& task,
   CUDA_RETURN_IF_ERROR(cudaEventRecord(worker.events[1].get(), stream));
   if (!options_.testing_fault_graph.empty() && graph.name() == options_.testing_fault_graph) {
     task.engines = "testing fault hook (--testing_fault_graph)";
+    task.quarantine_keys.clear();  // the hook, not an engine, faults
     RETURN_IF_ERROR(LaunchMisalignedWriteForTesting(worker.input.data(), stream));
   }
   // Layers are queued ahead of the GPU, but never much more than

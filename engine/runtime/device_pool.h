@@ -61,7 +61,8 @@ struct DevicePoolOptions {
   PlanCacheOptions plan_cache;
   // The convserve-prober executable that runs engine searches, one process
   // per GPU. Empty runs them in this process: a candidate that faults then
-  // loses the GPU (it is still quarantined for the next start).
+  // loses the GPU (it is still quarantined, for the next start when the plan
+  // store is on disk).
   std::string prober_binary;
   // The plan store directory (quarantine verdicts, kept across restarts);
   // empty keeps them in a private temporary directory for this process.

@@ -78,16 +78,25 @@ class EngineProber {
   EngineProberStats stats() const;
   // Whether a prober process is up (waits for a search in progress).
   bool running() const;
+  // Shutdown: the search in progress stops (UNAVAILABLE, no verdict) and
+  // later ones are refused. Does not wait; thread-safe.
+  void Cancel();
 
  private:
   struct Process;
-  enum class Outcome { kDone, kError, kLost };
+  // How a stopped prober ended.
+  struct Ending {
+    std::string how;  // "exited with status 3", "was killed by signal 11 (...)"
+    bool killed_by_us = false;
+    bool killed_by_someone_else = false;  // SIGKILL we did not send
+  };
 
   EngineProber(const EngineProberOptions& options, PlanStore* store);
 
   absl::Status StartLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Kills and reaps the process; returns how it ended, for logs.
-  std::string StopLocked(bool kill_now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Stops (closing its input, or killing it when `kill_now` or when it does
+  // not exit in 5 s) and reaps the process.
+  Ending StopLocked(bool kill_now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<std::string> ReadLineLocked(absl::Time deadline)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void IdleLoop();
@@ -104,6 +113,7 @@ class EngineProber {
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   // Read by metrics while a search runs, hence atomics, not mu_.
   std::atomic<int64_t> searches_{0}, starts_{0}, quarantined_{0}, vetoed_{0};
+  std::atomic<bool> cancelled_{false};
   std::thread idle_thread_;
 };
 

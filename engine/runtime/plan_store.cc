@@ -1,6 +1,7 @@
 #include "engine/runtime/plan_store.h"
 
 #include <openssl/evp.h>
+#include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -78,18 +79,28 @@ absl::Status PlanStore::Put(const std::string& kind, const std::string& key,
   }
   const std::string body = Body(kind, key, value);
   const std::string path = PathFor(kind, key);
-  // Unique per process and thread, so concurrent writers never share a
-  // temporary file; rename() makes the record appear whole or not at all.
-  const std::string temp = absl::StrCat(path, ".tmp.", getpid(), ".",
-                                        reinterpret_cast<uintptr_t>(&body));
-  {
-    std::ofstream out(temp, std::ios::trunc);
-    out << body << "sha256 " << Sha256Hex(body) << "\n";
-    out.flush();
-    if (!out) {
-      std::remove(temp.c_str());
-      return absl::FailedPreconditionError(absl::StrCat("cannot write '", temp, "'"));
-    }
+  // A unique temporary file (mkstemp: unique across processes and
+  // containers sharing the volume), synced, then renamed into place: the
+  // record appears whole or not at all, and survives a crash.
+  std::string temp = path + ".tmp.XXXXXX";
+  const int fd = mkstemp(temp.data());
+  if (fd < 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot create a file in '", folder, "': ", std::strerror(errno)));
+  }
+  const std::string contents = absl::StrCat(body, "sha256 ", Sha256Hex(body), "\n");
+  size_t written = 0;
+  while (written < contents.size()) {
+    const ssize_t n = write(fd, contents.data() + written, contents.size() - written);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    written += static_cast<size_t>(n);
+  }
+  const bool ok = written == contents.size() && fchmod(fd, 0644) == 0 && fsync(fd) == 0;
+  close(fd);
+  if (!ok) {
+    std::remove(temp.c_str());
+    return absl::FailedPreconditionError(absl::StrCat("cannot write '", temp, "'"));
   }
   if (std::rename(temp.c_str(), path.c_str()) != 0) {
     const int error = errno;

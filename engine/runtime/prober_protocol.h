@@ -9,7 +9,10 @@
 //                                    RESULT <id> ok|rejected <ms> <workspace> <detail>
 //   prober -> server, then:          SKIPPED <text>      (filtered before running)
 //                                    DONE | ERROR <status code number> <message>
-//   prober -> server, context lost:  FAULT <id or -> <error>, then the prober exits
+//   prober -> server, context lost:  FAULT <id or -> candidate|hardware <error>, then it exits
+//
+// The protocol runs on its own fd (kProberProtocolFd) in the prober, whose
+// stdout goes to the log with its stderr.
 //
 // A prober that dies, hangs or reports FAULT after TRY <id> and before that
 // id's RESULT blames <id>: the server quarantines it and starts a new prober.
@@ -27,6 +30,9 @@
 #include "engine/runtime/engine_search_report.h"
 
 namespace convserve {
+
+// The prober's protocol fd (--protocol_fd).
+constexpr int kProberProtocolFd = 3;
 
 // What the prober is started with. Each field maps to one flag of
 // convserve-prober (server/prober_main.cc).

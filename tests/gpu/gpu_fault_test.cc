@@ -3,6 +3,8 @@
 // - a request that makes its GPU lose the CUDA context (--testing_fault_graph)
 //   on the only GPU: health turns NOT_SERVING within 1 s, the fault is
 //   counted, every accepted request is answered, the process exits 3;
+// - with two GPUs, the first lost GPU's traffic moves to the other and health
+//   stays SERVING until the second is lost too;
 // - an engine candidate that faults the prober (--testing_fault_candidate_rank)
 //   is quarantined, the request still succeeds, and after a restart on the
 //   same plan cache directory the candidate is never run again.
@@ -74,8 +76,7 @@ class ServerProcess {
     server->metrics_port_ = *metrics_port;
     ChildOptions options;
     options.argv = {ServerBinary(), "--listen=" + server->address_,
-                    absl::StrCat("--metrics_listen=127.0.0.1:", *metrics_port), "--backend=cuda",
-                    "--gpus=0"};
+                    absl::StrCat("--metrics_listen=127.0.0.1:", *metrics_port), "--backend=cuda"};
     for (std::string& flag : flags) options.argv.push_back(std::move(flag));
     options.output_path = dir + "/" + log_name;
     absl::StatusOr<std::unique_ptr<ChildProcess>> child = ChildProcess::Start(options);
@@ -139,7 +140,7 @@ TEST(GpuFaultTest, LostLastGpuTurnsHealthNotServingAnswersAcceptedRequestsAndExi
   ASSERT_TRUE(dir.ok());
   std::unique_ptr<ServerProcess> server = ServerProcess::Start(
       dir->path(), "server.log",
-      {"--testing_fault_graph=faulty", "--gpu_failure_exit_delay_seconds=3",
+      {"--gpus=0", "--testing_fault_graph=faulty", "--gpu_failure_exit_delay_seconds=3",
        "--engine_selection=heuristic", "--plan_cache_dir=" + dir->path() + "/store"});
   ASSERT_NE(server, nullptr);
   ConvServeClient client = server->Client();
@@ -224,11 +225,59 @@ TEST(GpuFaultTest, LostLastGpuTurnsHealthNotServingAnswersAcceptedRequestsAndExi
               *exit_code);
 }
 
+TEST(GpuFaultTest, TrafficMovesToTheHealthyGpuUntilTheLastOneIsLost) {
+  if (CudaDeviceCount() < 2) GTEST_SKIP() << "needs two GPUs, " << CudaDeviceCount() << " visible";
+  absl::StatusOr<ScopedTempDir> dir = ScopedTempDir::Create("gpu_fault_two");
+  ASSERT_TRUE(dir.ok());
+  std::unique_ptr<ServerProcess> server = ServerProcess::Start(
+      dir->path(), "server.log",
+      {"--gpus=0,1", "--testing_fault_graph=faulty", "--gpu_failure_exit_delay_seconds=3",
+       "--engine_selection=heuristic", "--plan_cache_dir=" + dir->path() + "/store"});
+  ASSERT_NE(server, nullptr);
+  ConvServeClient client = server->Client();
+  const v1::GraphDef good = SmallGraph("good");
+  ASSERT_TRUE(client.LoadGraph(good).ok());
+  ASSERT_TRUE(client.LoadGraph(SmallGraph("faulty")).ok());
+  const TrafficRequest request = MakeTrafficRequest(good, {2, 16, 32, 32}, 6, 1e-2);
+  v1::InferRequest faulty = request.request;
+  faulty.set_graph("faulty");
+
+  // The first fault takes one GPU out; the server keeps serving on the other.
+  absl::StatusOr<v1::InferResponse> first_fault = client.Infer(faulty);
+  EXPECT_TRUE(absl::IsUnavailable(first_fault.status())) << first_fault.status();
+  EXPECT_EQ(server->Health(), "SERVING");
+  const double healthy_0 = server->Metric("convserve_gpu_healthy{gpu=\"0\"").value_or(-1);
+  const double healthy_1 = server->Metric("convserve_gpu_healthy{gpu=\"1\"").value_or(-1);
+  EXPECT_EQ(healthy_0 + healthy_1, 1) << healthy_0 << " " << healthy_1;
+  for (int i = 0; i < 20; ++i) {
+    absl::StatusOr<v1::InferResponse> response = client.Infer(request.request);
+    ASSERT_TRUE(response.ok()) << response.status();
+    EXPECT_LE(RelativeL2Error(DecodeToDouble(DType::kFloat16, response->output().data()),
+                              DecodeToDouble(DType::kFloat16, request.expected)),
+              1e-2);
+  }
+  // The second fault takes the last GPU: NOT_SERVING, exit 3.
+  absl::StatusOr<v1::InferResponse> second_fault = client.Infer(faulty);
+  EXPECT_TRUE(absl::IsUnavailable(second_fault.status())) << second_fault.status();
+  const absl::Time answered = absl::Now();
+  while (server->Health() != "NOT_SERVING" && absl::Now() - answered < absl::Seconds(5)) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  EXPECT_EQ(server->Health(), "NOT_SERVING");
+  EXPECT_LE(absl::Now() - answered, absl::Seconds(1));
+  absl::StatusOr<int> exit_code = server->child().Wait(absl::Seconds(60));
+  ASSERT_TRUE(exit_code.ok()) << exit_code.status();
+  EXPECT_EQ(*exit_code, 3);
+  std::printf("two GPUs: after the first fault gpu_healthy 0=%.0f 1=%.0f, 20 requests served by "
+              "the other GPU; after the second NOT_SERVING and exit code %d\n",
+              healthy_0, healthy_1, *exit_code);
+}
+
 TEST(GpuFaultTest, FaultingCandidateIsQuarantinedAndNotTriedAfterRestart) {
   if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device visible";
   absl::StatusOr<ScopedTempDir> dir = ScopedTempDir::Create("gpu_quarantine");
   ASSERT_TRUE(dir.ok());
-  const std::vector<std::string> flags = {"--testing_fault_candidate_rank=0",
+  const std::vector<std::string> flags = {"--gpus=0", "--testing_fault_candidate_rank=0",
                                           "--plan_cache_dir=" + dir->path() + "/store",
                                           "--log_level=debug"};
   const v1::GraphDef graph = SmallGraph("quarantine");

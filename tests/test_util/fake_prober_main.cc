@@ -3,12 +3,12 @@
 // candidates, honours quarantine verdicts in the plan store as the real
 // prober does, and misbehaves on request (faults, crashes, hangs) so the
 // EngineProber's containment can be tested anywhere.
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <iostream>
 #include <string>
 #include <vector>
 
@@ -27,6 +27,11 @@ ABSL_FLAG(std::vector<std::string>, candidates,
 ABSL_FLAG(std::vector<std::string>, fault, {},
           "report a lost CUDA context on these candidates, then exit 3");
 ABSL_FLAG(std::string, crash, "", "abort() while running this candidate");
+ABSL_FLAG(std::string, hardware_fault, "",
+          "report an uncorrectable ECC error while running this candidate, then exit 3");
+ABSL_FLAG(std::string, killed, "", "SIGKILL itself while running this candidate (as the OOM "
+          "killer would)");
+ABSL_FLAG(bool, stray_stdout, false, "print a line that looks like the protocol on stdout");
 ABSL_FLAG(std::string, hang, "", "hang while running this candidate");
 ABSL_FLAG(std::string, reject, "", "reject this candidate (it wrote outside its output)");
 ABSL_FLAG(bool, fail_start, false, "exit before READY");
@@ -35,13 +40,17 @@ ABSL_FLAG(std::string, tries_log, "", "append each TRY id to this file");
 ABSL_FLAG(int, device, 0, "");
 ABSL_FLAG(std::string, engine_selection, "", "");
 ABSL_FLAG(std::string, log_level, "", "");
+ABSL_FLAG(int, protocol_fd, -1, "the protocol socket; -1: stdin and stdout");
+ABSL_FLAG(int, parent_pid, 0, "");
 
 namespace convserve {
 namespace {
 
+FILE* protocol_out = stdout;
+
 void Say(const std::string& line) {
-  std::printf("%s\n", line.c_str());
-  std::fflush(stdout);
+  std::fprintf(protocol_out, "%s\n", line.c_str());
+  std::fflush(protocol_out);
 }
 
 int Run() {
@@ -50,9 +59,21 @@ int Run() {
   absl::StatusOr<std::unique_ptr<PlanStore>> store =
       PlanStore::Open(absl::GetFlag(FLAGS_plan_cache_dir));
   if (!store.ok()) return 2;
+  FILE* protocol_in = stdin;
+  if (absl::GetFlag(FLAGS_protocol_fd) >= 0) {
+    protocol_in = fdopen(absl::GetFlag(FLAGS_protocol_fd), "r");
+    protocol_out = fdopen(dup(absl::GetFlag(FLAGS_protocol_fd)), "w");
+  }
   Say(absl::StrCat("READY ", EscapeLine(target)));
-  std::string line;
-  while (std::getline(std::cin, line)) {
+  char* raw = nullptr;
+  size_t capacity = 0;
+  ssize_t length = 0;
+  while ((length = getline(&raw, &capacity, protocol_in)) > 0) {
+    std::string line(raw, static_cast<size_t>(length) - (raw[length - 1] == '\n' ? 1 : 0));
+    if (absl::GetFlag(FLAGS_stray_stdout)) {
+      std::printf("RESULT fused:e99: ok 0.001 0 printed by a library\n");
+      std::fflush(stdout);
+    }
     std::pair<std::string, std::string> command = absl::StrSplit(line, absl::MaxSplits(' ', 1));
     absl::StatusOr<ConvLayerProblem> problem = ConvLayerProblem::Parse(command.second);
     if (command.first != "SEARCH" || !problem.ok()) {
@@ -77,10 +98,16 @@ int Run() {
       }
       const std::vector<std::string> faults = absl::GetFlag(FLAGS_fault);
       if (std::find(faults.begin(), faults.end(), ids[i]) != faults.end()) {
-        Say(absl::StrCat("FAULT ", ids[i], " ",
+        Say(absl::StrCat("FAULT ", ids[i], " candidate ",
                          EscapeLine("cudaErrorMisalignedAddress (misaligned address)")));
         std::_Exit(3);
       }
+      if (ids[i] == absl::GetFlag(FLAGS_hardware_fault)) {
+        Say(absl::StrCat("FAULT ", ids[i], " hardware ",
+                         EscapeLine("cudaErrorECCUncorrectable (uncorrectable ECC error)")));
+        std::_Exit(3);
+      }
+      if (ids[i] == absl::GetFlag(FLAGS_killed)) raise(SIGKILL);
       if (ids[i] == absl::GetFlag(FLAGS_crash)) std::abort();
       if (ids[i] == absl::GetFlag(FLAGS_hang)) {
         while (true) pause();

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -92,6 +93,55 @@ TEST_F(EngineProberTest, SearchComesBackRankedBySpeed) {
   ASSERT_TRUE(prober->Search(Problem()).ok());
   EXPECT_EQ(prober->stats().starts, 1);
   EXPECT_EQ(prober->stats().searches, 2);
+}
+
+TEST_F(EngineProberTest, WhatALibraryPrintsOnStdoutIsNotTakenForTheProtocol) {
+  std::unique_ptr<EngineProber> prober = Prober({"--stray_stdout"});
+  for (int i = 0; i < 2; ++i) {
+    absl::StatusOr<SearchReport> report = prober->Search(Problem());
+    ASSERT_TRUE(report.ok()) << report.status();
+    EXPECT_EQ(Ids(report->Ranked()),
+              (std::vector<std::string>{"unfused:e3:", "fused:e2:", "fused:e1:k2=3"}));
+  }
+}
+
+TEST_F(EngineProberTest, HardwareFaultBlamesNoCandidate) {
+  std::unique_ptr<EngineProber> prober = Prober({"--hardware_fault=fused:e2:"});
+  absl::StatusOr<SearchReport> report = prober->Search(Problem());
+  EXPECT_TRUE(absl::IsUnavailable(report.status())) << report.status();
+  EXPECT_NE(report.status().message().find("hardware error"), std::string::npos);
+  EXPECT_EQ(prober->stats().quarantined, 0);
+  EXPECT_EQ(store_->Get("quarantine", QuarantineKey("Fake GPU/sm90/cudnn91400", Problem(),
+                                                    *EngineConfigId::Parse("fused:e2:"))),
+            std::nullopt);
+}
+
+TEST_F(EngineProberTest, ProberKilledFromOutsideBlamesNoCandidate) {
+  // As the OOM killer would: a SIGKILL the server did not send. One retry,
+  // then UNAVAILABLE; no verdict.
+  std::unique_ptr<EngineProber> prober = Prober({"--killed=fused:e2:"});
+  absl::StatusOr<SearchReport> report = prober->Search(Problem());
+  EXPECT_TRUE(absl::IsUnavailable(report.status())) << report.status();
+  EXPECT_EQ(prober->stats().quarantined, 0);
+  EXPECT_EQ(prober->stats().starts, 2);
+}
+
+TEST_F(EngineProberTest, CancelStopsASearchInProgressWithoutAVerdict) {
+  std::unique_ptr<EngineProber> prober = Prober({"--hang=fused:e2:"}, absl::Seconds(60));
+  std::thread cancel([&] {
+    // Bounded wait until the prober is inside the hanging candidate.
+    const absl::Time deadline = absl::Now() + absl::Seconds(20);
+    while (Tries().size() < 2 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(5));
+    prober->Cancel();
+  });
+  const absl::Time start = absl::Now();
+  absl::StatusOr<SearchReport> report = prober->Search(Problem());
+  cancel.join();
+  EXPECT_TRUE(absl::IsUnavailable(report.status())) << report.status();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(20));
+  EXPECT_EQ(prober->stats().quarantined, 0);
+  EXPECT_FALSE(prober->running());
+  EXPECT_TRUE(absl::IsUnavailable(prober->Search(Problem()).status()));
 }
 
 TEST_F(EngineProberTest, RejectedCandidateIsLeftOutButNotQuarantined) {
