@@ -28,7 +28,7 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(const GrpcServerOp
   GrpcServer* raw_server = server.get();
   core->set_device_failure_observer([raw_server, options](const DeviceFailure& failure) {
     if (failure.healthy_devices > 0 || raw_server->no_healthy_device_.exchange(true)) return;
-    spdlog::critical("no healthy GPU is left: health is NOT_SERVING; shutting down");
+    spdlog::critical("no GPU serves any more: health is NOT_SERVING; shutting down");
     if (raw_server->server_ != nullptr) {
       raw_server->server_->GetHealthCheckService()->SetServingStatus(false);
     }

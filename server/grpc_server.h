@@ -26,7 +26,7 @@ struct GrpcServerOptions {
   int max_message_bytes = 256 << 20;
   // Prometheus /metrics endpoint and graph-label bound.
   ServerMetricsOptions metrics;
-  // Called (once, from a worker thread) when the last healthy GPU fails,
+  // Called (once, from a worker thread) when no GPU serves any more,
   // after health has turned NOT_SERVING; main() shuts down and exits
   // non-zero so the orchestrator restarts the process.
   std::function<void()> on_no_healthy_device;

@@ -58,8 +58,8 @@ ABSL_FLAG(std::string, cudnn_errata, "",
           "file of extra cuDNN errata rules (engine configurations never to run), in the format "
           "of engine/cudnn/cudnn_errata.txt, which is built in");
 ABSL_FLAG(double, gpu_failure_exit_delay_seconds, 0,
-          "when no healthy GPU is left: how long to keep answering (health NOT_SERVING, "
-          "requests UNAVAILABLE, /metrics) before draining and exiting with status 3");
+          "after a lost CUDA context: how long to keep answering (health NOT_SERVING, requests "
+          "UNAVAILABLE, /metrics) before draining and exiting with status 3");
 ABSL_FLAG(std::string, testing_fault_graph, "",
           "testing only: requests for the graph of this name make a misaligned write on the "
           "GPU, losing its CUDA context");
@@ -104,7 +104,7 @@ int Run() {
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGTERM);
   sigaddset(&stop_signals, SIGINT);
-  // Raised by the server itself when no healthy GPU is left.
+  // Raised by the server itself when no GPU serves any more.
   sigaddset(&stop_signals, SIGUSR1);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
@@ -182,7 +182,7 @@ int Run() {
   const bool gpu_lost = signal_number == SIGUSR1;
   if (gpu_lost) {
     const double delay = absl::GetFlag(FLAGS_gpu_failure_exit_delay_seconds);
-    spdlog::critical("no healthy GPU is left; draining{} and exiting with status {} so the "
+    spdlog::critical("no GPU serves any more; draining{} and exiting with status {} so the "
                      "process is restarted",
                      delay > 0 ? absl::StrCat(" in ", delay, " s") : "", kExitNoHealthyGpu);
     if (delay > 0) absl::SleepFor(absl::Seconds(delay));

@@ -72,8 +72,11 @@ struct DevicePool::Device {
   std::atomic<int64_t> outstanding{0};
   std::atomic<int64_t> completed{0};
   std::atomic<int64_t> failed{0};
-  // Set once, by the first sticky CUDA error: the context is gone.
+  // Set by the first sticky CUDA error on any GPU of the process: CUDA then
+  // fails all further work of the process.
   std::atomic<bool> lost{false};
+  // The sticky error happened on this GPU.
+  std::atomic<bool> faulted{false};
   std::vector<std::unique_ptr<Worker>> workers;
 };
 
@@ -401,8 +404,8 @@ void DevicePool::Route(std::unique_ptr<Task> task) {
     return;
   }
   task->call.done(absl::UnavailableError(
-                      "no healthy GPU is left (each lost its CUDA context; see the server "
-                      "log); the server is restarting"),
+                      "no GPU serves: a CUDA context of this server was lost (see its log); "
+                      "the server is restarting, retry"),
                   {}, {});
 }
 
@@ -433,7 +436,7 @@ RunnerStats DevicePool::Stats() const {
     d.completed = device->completed.load();
     d.failed = device->failed.load();
     d.healthy = !device->lost.load();
-    d.faults = d.healthy ? 0 : 1;
+    d.faults = device->faulted.load() ? 1 : 0;
     {
       absl::MutexLock lock(&device->mu);
       d.queued = static_cast<int64_t>(device->queue.size());
@@ -465,26 +468,36 @@ RunnerStats DevicePool::Stats() const {
 }
 
 void DevicePool::MarkFailed(Device& device, const std::string& error) {
-  if (device.lost.exchange(true)) return;
-  int healthy = 0;
-  for (const auto& d : devices_) healthy += d->lost.load() ? 0 : 1;
-  spdlog::critical("GPU {} ({}) lost its CUDA context and stops serving: {}; {} healthy GPU(s) "
-                   "left",
-                   device.ordinal, device.name, error, healthy);
-  // Its waiting requests go to the GPUs still serving (or are answered).
-  std::deque<std::unique_ptr<Task>> waiting;
-  {
-    absl::MutexLock lock(&device.mu);
-    waiting.swap(device.queue);
-  }
-  for (std::unique_ptr<Task>& task : waiting) {
-    device.outstanding -= task->cost;
-    Route(std::move(task));
+  // CUDA reports a sticky error to all further CUDA work of the process ("the
+  // process must be terminated and relaunched"), not only to the context that
+  // faulted: on 2 x H200 (driver 580, CUDA 13), after a misaligned store on
+  // GPU 0 the next synchronize on GPU 1 failed with the same error. So one
+  // lost context ends service on every GPU of this process; the restart
+  // (exit 3) brings them back.
+  if (device.faulted.exchange(true)) return;
+  bool first = true;
+  for (const auto& d : devices_) first = first && !d->lost.load();
+  for (const auto& d : devices_) d->lost.store(true);
+  if (!first) return;  // another GPU's failure already ended service
+  spdlog::critical("GPU {} ({}) lost its CUDA context: {}; CUDA ends every context of the process "
+                   "after such an error, so no GPU of this process serves any more",
+                   device.ordinal, device.name, error);
+  // Waiting requests are answered (there is no GPU left to run them).
+  for (const auto& d : devices_) {
+    std::deque<std::unique_ptr<Task>> waiting;
+    {
+      absl::MutexLock lock(&d->mu);
+      waiting.swap(d->queue);
+    }
+    for (std::unique_ptr<Task>& task : waiting) {
+      d->outstanding -= task->cost;
+      Route(std::move(task));
+    }
   }
   DeviceFailure failure;
   failure.device = absl::StrCat(device.ordinal);
   failure.error = error;
-  failure.healthy_devices = healthy;
+  failure.healthy_devices = 0;
   ReportDeviceFailure(failure);
 }
 
@@ -541,8 +554,7 @@ void DevicePool::WorkerLoop(Device* device, Worker* worker) {
         status = absl::UnavailableError(absl::StrCat(
             "GPU ", device->ordinal, " failed while running this request (",
             lost != cudaSuccess ? cudaGetErrorName(lost) : "context lost",
-            "); it takes no more requests. Retry: healthy GPUs, or the restarted server, "
-            "serve it"));
+            "); the server stops serving and restarts: retry"));
       }
       if (!status.ok()) task->call.output->clear();  // never a partial result
       (status.ok() ? device->completed : device->failed)++;

@@ -1,7 +1,7 @@
 // The GPU runtime: W worker threads per GPU, each owning a cuDNN handle, a
 // non-blocking stream, a workspace and activation buffers that grow on
 // demand, pinned staging buffers and CUDA events; a scheduler that sends
-// each request to the healthy GPU with the least outstanding work; and
+// each request to the GPU with the least outstanding work; and
 // caches of engine choices, plans and per-GPU weights.
 //
 // Plans are per worker: cuDNN execution plans have known thread-safety
@@ -13,10 +13,11 @@
 //
 // Engine searches run in a prober process per GPU (EngineProber), so a
 // candidate that faults cannot take the server down; it is quarantined in
-// the plan store instead. A GPU whose context is lost anyway (a sticky CUDA
-// error while serving) is marked failed: its queued requests move to healthy
-// GPUs and the failure observer hears of it (the server turns health
-// NOT_SERVING and exits when none is left).
+// the plan store instead. If a context is lost anyway (a sticky CUDA error
+// while serving), CUDA fails all further work of the process, on every GPU:
+// every GPU is marked lost, waiting requests are answered UNAVAILABLE and the
+// failure observer hears of it (the server turns health NOT_SERVING and
+// exits 3 to be restarted).
 //
 // Thread-safe.
 #ifndef CONVSERVE_ENGINE_RUNTIME_DEVICE_POOL_H_
@@ -124,8 +125,8 @@ class DevicePool : public RequestRunner {
   absl::StatusOr<EngineChoice> SearchEngine(Device& device, Worker& worker,
                                             const ConvLayerProblem& problem,
                                             std::optional<ConvLayerPlan>* searched);
-  // Marks `device` failed after a sticky CUDA error (once), moves its queue
-  // to healthy GPUs and tells the failure observer.
+  // After a sticky CUDA error on `device` (once): every GPU stops serving,
+  // waiting requests are answered, the failure observer hears of it.
   void MarkFailed(Device& device, const std::string& error);
 
   const DevicePoolOptions options_;

@@ -33,10 +33,10 @@ struct DeviceStats {
   // GPU memory; 0 for the CPU.
   int64_t memory_used_bytes = 0;
   int64_t memory_total_bytes = 0;
-  // False once the device's CUDA context was lost (a sticky error): it takes
-  // no more requests until the process restarts.
+  // False once a CUDA context of the process was lost (a sticky error ends
+  // all CUDA work of the process): no more requests until it restarts.
   bool healthy = true;
-  // Sticky CUDA errors seen on it (0 or 1: the first one ends its service).
+  // Sticky CUDA errors that happened on this device (0 or 1).
   int64_t faults = 0;
 };
 
@@ -61,7 +61,8 @@ struct RunnerStats {
   EngineSearchStats engine_search;
 };
 
-// A device lost its CUDA context while serving.
+// A device lost its CUDA context while serving (and with it, the process
+// every GPU).
 struct DeviceFailure {
   // "0", "1", ...
   std::string device;
