@@ -135,19 +135,31 @@ class ServerProcess {
   std::unique_ptr<grpc::health::v1::Health::Stub> health_;
 };
 
+// A server on `gpus` with the fault hook for graph "faulty", and the graphs
+// "good" and "faulty" (the same definition) loaded.
+std::unique_ptr<ServerProcess> StartWithFaultyGraph(const std::string& dir,
+                                                    const std::string& gpus) {
+  std::unique_ptr<ServerProcess> server = ServerProcess::Start(
+      dir, "server.log",
+      {"--gpus=" + gpus, "--testing_fault_graph=faulty", "--gpu_failure_exit_delay_seconds=3",
+       "--engine_selection=heuristic", "--plan_cache_dir=" + dir + "/store"});
+  if (server == nullptr) return nullptr;
+  ConvServeClient client = server->Client();
+  if (!client.LoadGraph(SmallGraph("good")).ok() || !client.LoadGraph(SmallGraph("faulty")).ok()) {
+    ADD_FAILURE() << "loading the graphs failed";
+    return nullptr;
+  }
+  return server;
+}
+
 TEST(GpuFaultTest, LostLastGpuTurnsHealthNotServingAnswersAcceptedRequestsAndExits3) {
   if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device visible";
   absl::StatusOr<ScopedTempDir> dir = ScopedTempDir::Create("gpu_fault");
   ASSERT_TRUE(dir.ok());
-  std::unique_ptr<ServerProcess> server = ServerProcess::Start(
-      dir->path(), "server.log",
-      {"--gpus=0", "--testing_fault_graph=faulty", "--gpu_failure_exit_delay_seconds=3",
-       "--engine_selection=heuristic", "--plan_cache_dir=" + dir->path() + "/store"});
+  std::unique_ptr<ServerProcess> server = StartWithFaultyGraph(dir->path(), "0");
   ASSERT_NE(server, nullptr);
   ConvServeClient client = server->Client();
   const v1::GraphDef good = SmallGraph("good");
-  ASSERT_TRUE(client.LoadGraph(good).ok());
-  ASSERT_TRUE(client.LoadGraph(SmallGraph("faulty")).ok());
   const TrafficRequest warm = MakeTrafficRequest(good, {4, 16, 64, 64}, 5, 1e-2);
   absl::StatusOr<v1::InferResponse> first = client.Infer(warm.request);
   ASSERT_TRUE(first.ok()) << first.status();
@@ -230,15 +242,10 @@ TEST(GpuFaultTest, LostContextOnOneGpuEndsServiceOnEveryGpuOfTheProcess) {
   if (CudaDeviceCount() < 2) GTEST_SKIP() << "needs two GPUs, " << CudaDeviceCount() << " visible";
   absl::StatusOr<ScopedTempDir> dir = ScopedTempDir::Create("gpu_fault_two");
   ASSERT_TRUE(dir.ok());
-  std::unique_ptr<ServerProcess> server = ServerProcess::Start(
-      dir->path(), "server.log",
-      {"--gpus=0,1", "--testing_fault_graph=faulty", "--gpu_failure_exit_delay_seconds=3",
-       "--engine_selection=heuristic", "--plan_cache_dir=" + dir->path() + "/store"});
+  std::unique_ptr<ServerProcess> server = StartWithFaultyGraph(dir->path(), "0,1");
   ASSERT_NE(server, nullptr);
   ConvServeClient client = server->Client();
   const v1::GraphDef good = SmallGraph("good");
-  ASSERT_TRUE(client.LoadGraph(good).ok());
-  ASSERT_TRUE(client.LoadGraph(SmallGraph("faulty")).ok());
   const TrafficRequest request = MakeTrafficRequest(good, {2, 16, 32, 32}, 6, 1e-2);
   // Both GPUs serve before the fault.
   std::vector<grpc::ClientContext> contexts(8);

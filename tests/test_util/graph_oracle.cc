@@ -172,14 +172,7 @@ double OracleBounds::For(DType dtype) const {
 }
 
 DType OracleCase::dtype() const {
-  switch (case_.graph.data_type()) {
-    case v1::FLOAT16:
-      return DType::kFloat16;
-    case v1::BFLOAT16:
-      return DType::kBFloat16;
-    default:
-      return DType::kFloat32;
-  }
+  return DTypeFromProto(case_.graph.data_type(), "data_type").value_or(DType::kFloat32);
 }
 
 const absl::StatusOr<OracleReference>& OracleCase::reference() const {

@@ -51,14 +51,7 @@ class Draws {
 };
 
 DType ToDType(v1::DataType type) {
-  switch (type) {
-    case v1::FLOAT16:
-      return DType::kFloat16;
-    case v1::BFLOAT16:
-      return DType::kBFloat16;
-    default:
-      return DType::kFloat32;
-  }
+  return DTypeFromProto(type, "data_type").value_or(DType::kFloat32);
 }
 
 // A parameter rounded to two decimals, so the description prints it exactly.
