@@ -75,35 +75,44 @@ grpc::ServerUnaryReactor* KServeService::ModelMetadata(
 grpc::ServerUnaryReactor* KServeService::ModelInfer(grpc::CallbackServerContext* context,
                                                     const inference::ModelInferRequest* request,
                                                     inference::ModelInferResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  // True once the client cancels and also once the deadline passes, even if
+  // the client never says so: gRPC's server deadline filter (on by default)
+  // cancels the call. tests/integration/cancellation_test.cc checks both.
+  StartInfer(*request, response, [context] { return context->IsCancelled(); },
+             [reactor](const absl::Status& status) { reactor->Finish(ToGrpcStatus(status)); });
+  return reactor;
+}
+
+void KServeService::StartInfer(const inference::ModelInferRequest& request,
+                               inference::ModelInferResponse* response,
+                               std::function<bool()> cancelled,
+                               std::function<void(const absl::Status&)> done) {
   const absl::Time start = absl::Now();
   const auto reject = [&](const absl::Status& status, const std::string& graph) {
     metrics_->RequestRejected(graph, "kserve", status.code());
-    return Finish(context, status);
+    done(status);
   };
   absl::StatusOr<std::shared_ptr<const Graph>> graph =
-      FindModel(request->model_name(), request->model_version());
+      FindModel(request.model_name(), request.model_version());
   if (!graph.ok()) return reject(graph.status(), "");
-  absl::Status outputs_ok = CheckKServeOutputs(*request);
+  absl::Status outputs_ok = CheckKServeOutputs(request);
   if (!outputs_ok.ok()) return reject(outputs_ok, (*graph)->name());
-  absl::StatusOr<WireTensor> input = KServeInputFromProto(**graph, *request);
+  absl::StatusOr<WireTensor> input = KServeInputFromProto(**graph, request);
   if (!input.ok()) return reject(input.status(), (*graph)->name());
 
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   std::shared_ptr<const Graph> model = *graph;
   response->set_model_name(model->name());
   response->set_model_version("1");
-  response->set_id(request->id());
+  response->set_id(request.id());
   InferCall call;
   call.graph = model;
   call.input_shape = std::move(input->shape);
   call.input = input->bytes;
   call.output = response->add_raw_output_contents();
-  // True once the client cancels and also once the deadline passes, even if
-  // the client never says so: gRPC's server deadline filter (on by default)
-  // cancels the call. tests/integration/cancellation_test.cc checks both.
-  call.cancelled = [context] { return context->IsCancelled(); };
+  call.cancelled = std::move(cancelled);
   metrics_->RequestStarted();
-  call.done = [this, reactor, response, model, start,
+  call.done = [this, response, model, start, done = std::move(done),
                bytes_in = static_cast<int64_t>(input->bytes.size())](
                   const absl::Status& status, const Shape& shape, const InferTimings& timings) {
     int64_t bytes_out = 0;
@@ -114,15 +123,16 @@ grpc::ServerUnaryReactor* KServeService::ModelInfer(grpc::CallbackServerContext*
       for (int64_t d : KServeShape(*model, shape)) output->add_shape(d);
       bytes_out = static_cast<int64_t>(response->raw_output_contents(0).size());
     } else {
+      const std::string id = response->id();
       response->Clear();  // never a partial result
+      response->set_id(id);
     }
     metrics_->RequestFinished(model->name(), model->id(), "kserve", status.code(),
                               absl::ToDoubleSeconds(absl::Now() - start), timings, bytes_in,
                               bytes_out);
-    reactor->Finish(ToGrpcStatus(status));
+    done(status);
   };
   core_->Infer(std::move(call));
-  return reactor;
 }
 
 }  // namespace convserve

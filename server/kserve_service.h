@@ -5,6 +5,8 @@
 #ifndef CONVSERVE_SERVER_KSERVE_SERVICE_H_
 #define CONVSERVE_SERVER_KSERVE_SERVICE_H_
 
+#include <functional>
+
 #include "inference/grpc_predict_v2.grpc.pb.h"
 #include "server/inference_core.h"
 #include "server/server_metrics.h"
@@ -34,6 +36,15 @@ class KServeService final : public inference::GRPCInferenceService::CallbackServ
   grpc::ServerUnaryReactor* ModelInfer(grpc::CallbackServerContext* context,
                                        const inference::ModelInferRequest* request,
                                        inference::ModelInferResponse* response) override;
+
+  // One inference, for ModelInfer and each request of a stream: checks the
+  // request and queues it; `done` runs once (on a worker thread, or on the
+  // caller's for a request refused at once) after `response` holds the
+  // result, or only the request's id when `done` gets an error. `request`
+  // must stay alive until `done` runs.
+  void StartInfer(const inference::ModelInferRequest& request,
+                  inference::ModelInferResponse* response, std::function<bool()> cancelled,
+                  std::function<void(const absl::Status&)> done);
 
  private:
   // The graph for a model name and version ("" or "1").
