@@ -21,7 +21,8 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(const GrpcServerOp
   if (!metrics.ok()) return metrics.status();
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
-  std::unique_ptr<GrpcServer> server(new GrpcServer(core, *std::move(metrics)));
+  std::unique_ptr<GrpcServer> server(
+      new GrpcServer(core, *std::move(metrics), options.shared_memory));
   ServerMetrics* raw_metrics = server->metrics_.get();
   core->set_plan_build_observer(
       [raw_metrics](const PlanBuildEvent& event) { raw_metrics->PlanBuilt(event); });

@@ -16,6 +16,7 @@
 #include "server/inference_core.h"
 #include "server/kserve_service.h"
 #include "server/server_metrics.h"
+#include "server/shared_memory_registry.h"
 
 namespace convserve {
 
@@ -26,6 +27,8 @@ struct GrpcServerOptions {
   int max_message_bytes = 256 << 20;
   // Prometheus /metrics endpoint and graph-label bound.
   ServerMetricsOptions metrics;
+  // Bounds of the KServe shared-memory regions.
+  SharedMemoryLimits shared_memory;
   // Called (once, from a worker thread) when no GPU serves any more,
   // after health has turned NOT_SERVING; main() shuts down and exits
   // non-zero so the orchestrator restarts the process.
@@ -48,14 +51,17 @@ class GrpcServer {
   void Shutdown(absl::Duration grace);
 
  private:
-  GrpcServer(InferenceCore* core, std::unique_ptr<ServerMetrics> metrics)
+  GrpcServer(InferenceCore* core, std::unique_ptr<ServerMetrics> metrics,
+             const SharedMemoryLimits& shared_memory_limits)
       : core_(core),
         metrics_(std::move(metrics)),
+        shared_memory_(core->mutable_runner(), shared_memory_limits),
         convserve_(core, metrics_.get()),
-        kserve_(core, metrics_.get()) {}
+        kserve_(core, metrics_.get(), &shared_memory_) {}
 
   InferenceCore* const core_;  // owned by the caller of Start
   const std::unique_ptr<ServerMetrics> metrics_;
+  SharedMemoryRegistry shared_memory_;
   ConvServeService convserve_;
   KServeService kserve_;
   std::unique_ptr<grpc::Server> server_;

@@ -76,13 +76,28 @@ void InferenceCore::Infer(InferCall call) {
   call.layer_outputs = *std::move(shapes);
   const size_t element = DTypeSize(call.graph->spec().dtype);
   const size_t expected = NumElements(call.input_shape) * element;
-  if (call.input.size() != expected) {
+  const size_t given = call.input_memory ? call.input_memory->bytes : call.input.size();
+  if (given != expected) {
     call.done(absl::InvalidArgumentError(absl::StrCat(
-                  "input data holds ", call.input.size(), " bytes; shape ",
+                  "input data holds ", given, " bytes; shape ",
                   ShapeToString(call.input_shape), " of ", DTypeName(call.graph->spec().dtype),
                   " needs ", expected)),
               {}, {});
     return;
+  }
+  if (call.output_memory) {
+    // A region at least as large as the output takes it (as in Triton).
+    const size_t needed = NumElements(call.layer_outputs.back()) * element;
+    if (call.output_memory->bytes < needed) {
+      call.done(absl::InvalidArgumentError(absl::StrCat(
+                    "the output's shared memory holds ", call.output_memory->bytes,
+                    " bytes (shared_memory_byte_size); output ",
+                    ShapeToString(call.layer_outputs.back()), " of ",
+                    DTypeName(call.graph->spec().dtype), " needs ", needed)),
+                {}, {});
+      return;
+    }
+    call.output_memory->bytes = needed;
   }
   absl::ReaderMutexLock lock(&drain_mu_);
   if (!ready_.load()) {

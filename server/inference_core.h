@@ -54,6 +54,8 @@ class InferenceCore {
   void Drain();
 
   const RequestRunner& runner() const { return *runner_; }
+  // For what maps memory for the runner (the shared-memory registry).
+  RequestRunner* mutable_runner() { return runner_.get(); }
   // See RequestRunner::set_plan_build_observer; before traffic starts.
   void set_plan_build_observer(std::function<void(const PlanBuildEvent&)> observer) {
     runner_->set_plan_build_observer(std::move(observer));

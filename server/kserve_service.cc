@@ -59,7 +59,71 @@ grpc::ServerUnaryReactor* KServeService::ServerMetadata(
     inference::ServerMetadataResponse* response) {
   response->set_name("convserve");
   response->set_version(kConvServeVersion);
+  // Triton's names for the extensions served here.
+  response->add_extensions("system_shared_memory");
+  if (shared_memory_->serves_cuda()) response->add_extensions("cuda_shared_memory");
   return Finish(context, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* KServeService::SystemSharedMemoryStatus(
+    grpc::CallbackServerContext* context, const inference::SystemSharedMemoryStatusRequest* request,
+    inference::SystemSharedMemoryStatusResponse* response) {
+  absl::StatusOr<std::vector<SharedMemoryRegistry::SystemRegion>> regions =
+      shared_memory_->SystemStatus(request->name());
+  if (!regions.ok()) return Finish(context, regions.status());
+  for (const SharedMemoryRegistry::SystemRegion& region : *regions) {
+    auto& status = (*response->mutable_regions())[region.name];
+    status.set_name(region.name);
+    status.set_key(region.key);
+    status.set_offset(region.offset);
+    status.set_byte_size(region.byte_size);
+  }
+  return Finish(context, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* KServeService::SystemSharedMemoryRegister(
+    grpc::CallbackServerContext* context,
+    const inference::SystemSharedMemoryRegisterRequest* request,
+    inference::SystemSharedMemoryRegisterResponse*) {
+  return Finish(context, shared_memory_->RegisterSystem(request->name(), request->key(),
+                                                        request->offset(), request->byte_size()));
+}
+
+grpc::ServerUnaryReactor* KServeService::SystemSharedMemoryUnregister(
+    grpc::CallbackServerContext* context,
+    const inference::SystemSharedMemoryUnregisterRequest* request,
+    inference::SystemSharedMemoryUnregisterResponse*) {
+  return Finish(context, shared_memory_->UnregisterSystem(request->name()));
+}
+
+grpc::ServerUnaryReactor* KServeService::CudaSharedMemoryStatus(
+    grpc::CallbackServerContext* context, const inference::CudaSharedMemoryStatusRequest* request,
+    inference::CudaSharedMemoryStatusResponse* response) {
+  absl::StatusOr<std::vector<SharedMemoryRegistry::CudaRegion>> regions =
+      shared_memory_->CudaStatus(request->name());
+  if (!regions.ok()) return Finish(context, regions.status());
+  for (const SharedMemoryRegistry::CudaRegion& region : *regions) {
+    auto& status = (*response->mutable_regions())[region.name];
+    status.set_name(region.name);
+    status.set_device_id(static_cast<uint64_t>(region.device));
+    status.set_byte_size(region.byte_size);
+  }
+  return Finish(context, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* KServeService::CudaSharedMemoryRegister(
+    grpc::CallbackServerContext* context, const inference::CudaSharedMemoryRegisterRequest* request,
+    inference::CudaSharedMemoryRegisterResponse*) {
+  return Finish(context,
+                shared_memory_->RegisterCuda(request->name(), request->raw_handle(),
+                                             request->device_id(), request->byte_size()));
+}
+
+grpc::ServerUnaryReactor* KServeService::CudaSharedMemoryUnregister(
+    grpc::CallbackServerContext* context,
+    const inference::CudaSharedMemoryUnregisterRequest* request,
+    inference::CudaSharedMemoryUnregisterResponse*) {
+  return Finish(context, shared_memory_->UnregisterCuda(request->name()));
 }
 
 grpc::ServerUnaryReactor* KServeService::ModelMetadata(
@@ -96,24 +160,43 @@ void KServeService::StartInfer(const inference::ModelInferRequest& request,
   absl::StatusOr<std::shared_ptr<const Graph>> graph =
       FindModel(request.model_name(), request.model_version());
   if (!graph.ok()) return reject(graph.status(), "");
-  absl::Status outputs_ok = CheckKServeOutputs(request);
-  if (!outputs_ok.ok()) return reject(outputs_ok, (*graph)->name());
+  absl::StatusOr<std::optional<SharedMemoryRef>> output_region = CheckKServeOutputs(request);
+  if (!output_region.ok()) return reject(output_region.status(), (*graph)->name());
   absl::StatusOr<WireTensor> input = KServeInputFromProto(**graph, request);
   if (!input.ok()) return reject(input.status(), (*graph)->name());
 
   std::shared_ptr<const Graph> model = *graph;
-  response->set_model_name(model->name());
-  response->set_model_version("1");
-  response->set_id(request.id());
   InferCall call;
   call.graph = model;
   call.input_shape = std::move(input->shape);
   call.input = input->bytes;
-  call.output = response->add_raw_output_contents();
+  if (input->shared_memory) {
+    const SharedMemoryRef& ref = *input->shared_memory;
+    absl::StatusOr<TensorMemory> memory =
+        shared_memory_->Resolve(ref.region, ref.offset, ref.byte_size);
+    if (!memory.ok()) return reject(memory.status(), model->name());
+    if (memory->kind == TensorMemory::Kind::kHost) {
+      call.input = absl::MakeConstSpan(memory->data, memory->bytes);
+    }
+    call.input_memory = *std::move(memory);
+  }
+  if (output_region->has_value()) {
+    const SharedMemoryRef& ref = **output_region;
+    absl::StatusOr<TensorMemory> memory =
+        shared_memory_->Resolve(ref.region, ref.offset, ref.byte_size);
+    if (!memory.ok()) return reject(memory.status(), model->name());
+    call.output_memory = *std::move(memory);
+  }
+  response->set_model_name(model->name());
+  response->set_model_version("1");
+  response->set_id(request.id());
+  if (!call.output_memory) call.output = response->add_raw_output_contents();
   call.cancelled = std::move(cancelled);
   metrics_->RequestStarted();
-  call.done = [this, response, model, start, done = std::move(done),
-               bytes_in = static_cast<int64_t>(input->bytes.size())](
+  const int64_t bytes_in = static_cast<int64_t>(
+      call.input_memory ? call.input_memory->bytes : call.input.size());
+  call.done = [this, response, model, start, done = std::move(done), bytes_in,
+               output_region = *output_region](
                   const absl::Status& status, const Shape& shape, const InferTimings& timings) {
     int64_t bytes_out = 0;
     if (status.ok()) {
@@ -121,7 +204,17 @@ void KServeService::StartInfer(const inference::ModelInferRequest& request,
       output->set_name(kOutputName);
       output->set_datatype(KServeDataType(model->spec().dtype));
       for (int64_t d : KServeShape(*model, shape)) output->add_shape(d);
-      bytes_out = static_cast<int64_t>(response->raw_output_contents(0).size());
+      bytes_out = NumElements(shape) * static_cast<int64_t>(DTypeSize(model->spec().dtype));
+      if (output_region) {
+        // As Triton answers: the output's metadata, its bytes in the region.
+        auto& parameters = *output->mutable_parameters();
+        parameters["shared_memory_region"].set_string_param(output_region->region);
+        parameters["shared_memory_byte_size"].set_int64_param(bytes_out);
+        if (output_region->offset > 0) {
+          parameters["shared_memory_offset"].set_int64_param(
+              static_cast<int64_t>(output_region->offset));
+        }
+      }
     } else {
       const std::string id = response->id();
       response->Clear();  // never a partial result

@@ -1,7 +1,8 @@
 // The KServe v2 inference protocol (inference.GRPCInferenceService), so
-// KServe and Triton clients work unchanged. Each loaded graph is a model of
-// the same name with one version, "1", one input "input" and one output
-// "output"; tensor shapes are in byte order (N, H, W, C for NHWC graphs).
+// KServe and Triton clients work unchanged, with Triton's system and CUDA
+// shared-memory extension. Each loaded graph is a model of the same name
+// with one version, "1", one input "input" and one output "output"; tensor
+// shapes are in byte order (N, H, W, C for NHWC graphs).
 #ifndef CONVSERVE_SERVER_KSERVE_SERVICE_H_
 #define CONVSERVE_SERVER_KSERVE_SERVICE_H_
 
@@ -10,13 +11,15 @@
 #include "inference/grpc_predict_v2.grpc.pb.h"
 #include "server/inference_core.h"
 #include "server/server_metrics.h"
+#include "server/shared_memory_registry.h"
 
 namespace convserve {
 
 class KServeService final : public inference::GRPCInferenceService::CallbackService {
  public:
-  // `core` and `metrics` outlive the service.
-  KServeService(InferenceCore* core, ServerMetrics* metrics) : core_(core), metrics_(metrics) {}
+  // `core`, `metrics` and `shared_memory` outlive the service.
+  KServeService(InferenceCore* core, ServerMetrics* metrics, SharedMemoryRegistry* shared_memory)
+      : core_(core), metrics_(metrics), shared_memory_(shared_memory) {}
 
   grpc::ServerUnaryReactor* ServerLive(grpc::CallbackServerContext* context,
                                        const inference::ServerLiveRequest* request,
@@ -37,6 +40,31 @@ class KServeService final : public inference::GRPCInferenceService::CallbackServ
                                        const inference::ModelInferRequest* request,
                                        inference::ModelInferResponse* response) override;
 
+  // Triton's shared-memory extension (server/shared_memory_registry.h).
+  grpc::ServerUnaryReactor* SystemSharedMemoryStatus(
+      grpc::CallbackServerContext* context,
+      const inference::SystemSharedMemoryStatusRequest* request,
+      inference::SystemSharedMemoryStatusResponse* response) override;
+  grpc::ServerUnaryReactor* SystemSharedMemoryRegister(
+      grpc::CallbackServerContext* context,
+      const inference::SystemSharedMemoryRegisterRequest* request,
+      inference::SystemSharedMemoryRegisterResponse* response) override;
+  grpc::ServerUnaryReactor* SystemSharedMemoryUnregister(
+      grpc::CallbackServerContext* context,
+      const inference::SystemSharedMemoryUnregisterRequest* request,
+      inference::SystemSharedMemoryUnregisterResponse* response) override;
+  grpc::ServerUnaryReactor* CudaSharedMemoryStatus(
+      grpc::CallbackServerContext* context, const inference::CudaSharedMemoryStatusRequest* request,
+      inference::CudaSharedMemoryStatusResponse* response) override;
+  grpc::ServerUnaryReactor* CudaSharedMemoryRegister(
+      grpc::CallbackServerContext* context,
+      const inference::CudaSharedMemoryRegisterRequest* request,
+      inference::CudaSharedMemoryRegisterResponse* response) override;
+  grpc::ServerUnaryReactor* CudaSharedMemoryUnregister(
+      grpc::CallbackServerContext* context,
+      const inference::CudaSharedMemoryUnregisterRequest* request,
+      inference::CudaSharedMemoryUnregisterResponse* response) override;
+
   // One inference, for ModelInfer and each request of a stream: checks the
   // request and queues it; `done` runs once (on a worker thread, or on the
   // caller's for a request refused at once) after `response` holds the
@@ -53,6 +81,7 @@ class KServeService final : public inference::GRPCInferenceService::CallbackServ
 
   InferenceCore* const core_;
   ServerMetrics* const metrics_;
+  SharedMemoryRegistry* const shared_memory_;
 };
 
 }  // namespace convserve

@@ -75,6 +75,10 @@ ABSL_FLAG(int64_t, max_parameter_bytes, int64_t{4} << 30,
 ABSL_FLAG(int64_t, max_tensor_bytes, int64_t{1} << 30,
           "largest input, intermediate or output tensor, in bytes");
 ABSL_FLAG(int, max_layers, 256, "layers per graph");
+ABSL_FLAG(int, max_shared_memory_regions, 64,
+          "KServe shared-memory regions (system and CUDA) registered at once");
+ABSL_FLAG(int64_t, max_shared_memory_bytes, int64_t{64} << 30,
+          "bytes of all registered KServe shared-memory regions together");
 ABSL_FLAG(double, shutdown_grace_seconds, 30,
           "on SIGTERM, how long open calls may take after accepted work is done");
 ABSL_FLAG(std::string, metrics_listen, "0.0.0.0:8002",
@@ -164,6 +168,8 @@ int Run() {
   server_options.metrics.listen_address = absl::GetFlag(FLAGS_metrics_listen);
   server_options.metrics.max_graph_labels = absl::GetFlag(FLAGS_max_metric_graphs);
   server_options.on_no_healthy_device = [] { kill(getpid(), SIGUSR1); };
+  server_options.shared_memory.max_regions = absl::GetFlag(FLAGS_max_shared_memory_regions);
+  server_options.shared_memory.max_bytes = absl::GetFlag(FLAGS_max_shared_memory_bytes);
   absl::StatusOr<std::unique_ptr<GrpcServer>> server =
       GrpcServer::Start(server_options, core->get());
   if (!server.ok()) {

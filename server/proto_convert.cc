@@ -316,6 +316,19 @@ absl::StatusOr<WireTensor> KServeInputFromProto(const Graph& graph,
     logical = {physical[0], physical[rank - 1]};
     logical.insert(logical.end(), physical.begin() + 1, physical.end() - 1);
   }
+  absl::StatusOr<std::optional<SharedMemoryRef>> shared =
+      KServeSharedMemoryRef(input.parameters(), "inputs[0].parameters");
+  if (!shared.ok()) return shared.status();
+  if (shared->has_value()) {
+    if (request.raw_input_contents_size() > 0 || input.has_contents()) {
+      return Invalid("inputs[0]", "is in shared memory (shared_memory_region); "
+                                  "raw_input_contents and contents must then be empty");
+    }
+    WireTensor tensor;
+    tensor.shape = std::move(logical);
+    tensor.shared_memory = **shared;
+    return tensor;
+  }
   if (request.raw_input_contents_size() > 0) {
     if (request.raw_input_contents_size() != 1) {
       return Invalid("raw_input_contents",
@@ -352,15 +365,57 @@ absl::StatusOr<WireTensor> KServeInputFromProto(const Graph& graph,
                                                         : ""));
 }
 
-absl::Status CheckKServeOutputs(const inference::ModelInferRequest& request) {
+absl::StatusOr<std::optional<SharedMemoryRef>> CheckKServeOutputs(
+    const inference::ModelInferRequest& request) {
+  std::optional<SharedMemoryRef> shared;
   for (int i = 0; i < request.outputs_size(); ++i) {
     if (request.outputs(i).name() != kOutputName) {
       return Invalid(absl::StrCat("outputs[", i, "].name"),
                      absl::StrCat("is '", request.outputs(i).name(),
                                   "'; the model's only output is '", kOutputName, "'"));
     }
+    absl::StatusOr<std::optional<SharedMemoryRef>> ref = KServeSharedMemoryRef(
+        request.outputs(i).parameters(), absl::StrCat("outputs[", i, "].parameters"));
+    if (!ref.ok()) return ref.status();
+    if (ref->has_value()) shared = **ref;
   }
-  return absl::OkStatus();
+  return shared;
+}
+
+absl::StatusOr<std::optional<SharedMemoryRef>> KServeSharedMemoryRef(
+    const google::protobuf::Map<std::string, inference::InferParameter>& parameters,
+    const std::string& field) {
+  const auto region = parameters.find("shared_memory_region");
+  if (region == parameters.end()) {
+    if (parameters.count("shared_memory_byte_size") > 0 ||
+        parameters.count("shared_memory_offset") > 0) {
+      return Invalid(field, "has shared_memory_byte_size or _offset but no shared_memory_region");
+    }
+    return std::optional<SharedMemoryRef>();
+  }
+  if (region->second.parameter_choice_case() != inference::InferParameter::kStringParam ||
+      region->second.string_param().empty()) {
+    return Invalid(field + "[shared_memory_region]", "must be a non-empty string_param");
+  }
+  SharedMemoryRef ref;
+  ref.region = region->second.string_param();
+  const auto size = parameters.find("shared_memory_byte_size");
+  if (size == parameters.end() ||
+      size->second.parameter_choice_case() != inference::InferParameter::kInt64Param ||
+      size->second.int64_param() <= 0) {
+    return Invalid(field + "[shared_memory_byte_size]",
+                   "is required with shared_memory_region: an int64_param > 0");
+  }
+  ref.byte_size = static_cast<uint64_t>(size->second.int64_param());
+  const auto offset = parameters.find("shared_memory_offset");
+  if (offset != parameters.end()) {
+    if (offset->second.parameter_choice_case() != inference::InferParameter::kInt64Param ||
+        offset->second.int64_param() < 0) {
+      return Invalid(field + "[shared_memory_offset]", "must be an int64_param >= 0");
+    }
+    ref.offset = static_cast<uint64_t>(offset->second.int64_param());
+  }
+  return std::optional<SharedMemoryRef>(std::move(ref));
 }
 
 }  // namespace convserve

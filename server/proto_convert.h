@@ -3,6 +3,8 @@
 #ifndef CONVSERVE_SERVER_PROTO_CONVERT_H_
 #define CONVSERVE_SERVER_PROTO_CONVERT_H_
 
+#include <cstdint>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -24,12 +26,29 @@ v1::DataType DataTypeToProto(DType dtype);
 absl::StatusOr<DType> DTypeFromProto(v1::DataType type, const std::string& field);
 v1::Layout LayoutToProto(Layout layout);
 
+// Where a KServe tensor lives when it is in a shared-memory region (Triton's
+// parameters shared_memory_region, shared_memory_byte_size and, optional,
+// shared_memory_offset).
+struct SharedMemoryRef {
+  std::string region;
+  uint64_t offset = 0;
+  uint64_t byte_size = 0;
+};
+// Nullopt when `parameters` name no region; INVALID_ARGUMENT naming the
+// parameter under `field` when they are incomplete or malformed.
+absl::StatusOr<std::optional<SharedMemoryRef>> KServeSharedMemoryRef(
+    const google::protobuf::Map<std::string, inference::InferParameter>& parameters,
+    const std::string& field);
+
 // The tensor of a convserve.v1 Infer request, checked against the graph.
 struct WireTensor {
   // Logical N, C, spatial....
   Shape shape;
-  // Points into the request message.
+  // Points into the request message; empty when the tensor is in shared
+  // memory.
   absl::Span<const uint8_t> bytes;
+  // KServe: the tensor's shared-memory region, when it is in one.
+  std::optional<SharedMemoryRef> shared_memory;
 };
 absl::StatusOr<WireTensor> InferInputFromProto(const Graph& graph, const v1::InferRequest& request);
 
@@ -40,8 +59,10 @@ std::string KServeDataType(DType dtype);
 void KServeMetadataToProto(const Graph& graph, inference::ModelMetadataResponse* response);
 absl::StatusOr<WireTensor> KServeInputFromProto(const Graph& graph,
                                                 const inference::ModelInferRequest& request);
-// Checks the requested outputs: none, or the one named "output".
-absl::Status CheckKServeOutputs(const inference::ModelInferRequest& request);
+// Checks the requested outputs: none, or the one named "output"; returns its
+// shared-memory region when it names one.
+absl::StatusOr<std::optional<SharedMemoryRef>> CheckKServeOutputs(
+    const inference::ModelInferRequest& request);
 // Physical shape for a KServe response.
 Shape KServeShape(const Graph& graph, const Shape& logical);
 

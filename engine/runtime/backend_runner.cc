@@ -41,14 +41,28 @@ absl::Status BackendRunner::Execute(const InferCall& call, Shape* output_shape,
   timings->build = absl::ToDoubleSeconds(absl::Now() - start);
   const size_t bytes =
       NumElements(executable->output_shape()) * DTypeSize(call.graph->spec().dtype);
-  call.output->resize(bytes);
+  const bool device_memory =
+      (call.input_memory && call.input_memory->kind == TensorMemory::Kind::kDevice) ||
+      (call.output_memory && call.output_memory->kind == TensorMemory::Kind::kDevice);
+  if (device_memory) {
+    return absl::FailedPreconditionError("CUDA shared memory needs the GPU backend");
+  }
+  // Written in place: into the response message, or into a (host) region.
+  uint8_t* out = nullptr;
+  if (call.output_memory) {
+    if (call.output_memory->bytes != bytes) {
+      return absl::InternalError("the output region's size does not match the output");
+    }
+    out = call.output_memory->data;
+  } else {
+    call.output->resize(bytes);
+    out = reinterpret_cast<uint8_t*>(call.output->data());
+  }
   start = absl::Now();
-  absl::Status status = executable->Run(
-      call.input, absl::MakeSpan(reinterpret_cast<uint8_t*>(call.output->data()), bytes),
-      call.cancelled);
+  absl::Status status = executable->Run(call.input, absl::MakeSpan(out, bytes), call.cancelled);
   timings->compute = absl::ToDoubleSeconds(absl::Now() - start);
   if (!status.ok()) {
-    call.output->clear();  // never a partial result
+    if (call.output != nullptr) call.output->clear();  // never a partial result
     return status;
   }
   *output_shape = executable->output_shape();

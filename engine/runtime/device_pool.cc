@@ -359,9 +359,8 @@ void DevicePool::Submit(InferCall call) {
     return;
   }
   auto task = std::make_unique<Task>();
-  task->cost = static_cast<int64_t>(call.input.size()) +
-               NumElements(call.layer_outputs.back()) *
-                   static_cast<int64_t>(DTypeSize(call.graph->spec().dtype));
+  const int64_t element = static_cast<int64_t>(DTypeSize(call.graph->spec().dtype));
+  task->cost = (NumElements(call.input_shape) + NumElements(call.layer_outputs.back())) * element;
   task->call = std::move(call);
   task->resources = std::move(resources);
   task->accepted = absl::Now();
@@ -556,7 +555,9 @@ void DevicePool::WorkerLoop(Device* device, Worker* worker) {
             lost != cudaSuccess ? cudaGetErrorName(lost) : "context lost",
             "); the server stops serving and restarts: retry"));
       }
-      if (!status.ok()) task->call.output->clear();  // never a partial result
+      if (!status.ok() && task->call.output != nullptr) {
+        task->call.output->clear();  // never a partial result
+      }
       (status.ok() ? device->completed : device->failed)++;
       task->call.done(status, output_shape, timings);
       device->outstanding -= task->cost;
@@ -712,6 +713,17 @@ absl::StatusOr<std::shared_ptr<ConvLayerPlan>> DevicePool::LayerPlan(
   });
 }
 
+namespace {
+
+// Device memory a plan may read or write in place: on the worker's GPU and
+// aligned as every tensor is declared to cuDNN (16 bytes).
+bool InPlace(const std::optional<TensorMemory>& memory, int ordinal) {
+  return memory.has_value() && memory->kind == TensorMemory::Kind::kDevice &&
+         memory->device == ordinal && reinterpret_cast<uintptr_t>(memory->data) % 16 == 0;
+}
+
+}  // namespace
+
 absl::Status DevicePool::Execute(Device& device, Worker& worker, Task& task,
                                  Shape* output_shape, InferTimings* timings) {
   const InferCall& call = task.call;
@@ -729,12 +741,25 @@ absl::Status DevicePool::Execute(Device& device, Worker& worker, Task& task,
   const size_t element = DTypeSize(graph.spec().dtype);
   int64_t largest = 0;
   for (const Shape& shape : outputs) largest = std::max(largest, NumElements(shape));
+  const size_t in_bytes = NumElements(call.input_shape) * element;
   const size_t out_bytes = NumElements(outputs.back()) * element;
-  RETURN_IF_ERROR(Grow(&worker.input, call.input.size()));
+  // Where the input comes from and the output goes (docs/runtime.md, "Host
+  // copies"): a CUDA region on this GPU is read and written in place; a
+  // pinned (registered) host region is copied to and from directly; other
+  // host memory goes through this worker's pinned staging buffers.
+  const std::optional<TensorMemory>& in_memory = call.input_memory;
+  const std::optional<TensorMemory>& out_memory = call.output_memory;
+  const bool input_in_place = InPlace(in_memory, device.ordinal);
+  const bool output_in_place = InPlace(out_memory, device.ordinal);
+  const bool input_on_device = in_memory && in_memory->kind == TensorMemory::Kind::kDevice;
+  const bool output_on_device = out_memory && out_memory->kind == TensorMemory::Kind::kDevice;
+  const bool input_direct = input_on_device || (in_memory && in_memory->pinned);
+  const bool output_direct = output_on_device || (out_memory && out_memory->pinned);
+  if (!input_in_place) RETURN_IF_ERROR(Grow(&worker.input, in_bytes));
   RETURN_IF_ERROR(Grow(&worker.ping, largest * element));
   if (problems.size() > 1) RETURN_IF_ERROR(Grow(&worker.pong, largest * element));
-  RETURN_IF_ERROR(Grow(&worker.staging_in, call.input.size()));
-  RETURN_IF_ERROR(Grow(&worker.staging_out, out_bytes));
+  if (!input_direct) RETURN_IF_ERROR(Grow(&worker.staging_in, in_bytes));
+  if (!output_direct) RETURN_IF_ERROR(Grow(&worker.staging_out, out_bytes));
   const DeviceWeights& weights = *task.resources->weights[device.slot];
 
   // Held for the whole request: a plan in use is never evicted.
@@ -755,30 +780,44 @@ absl::Status DevicePool::Execute(Device& device, Worker& worker, Task& task,
         "the client cancelled or the deadline passed while the request's plans were built");
   }
 
+  const void* first_input = input_in_place ? in_memory->data : worker.input.data();
+  const size_t last = problems.size() - 1;
   const auto buffers_for = [&](size_t i) {
     ConvLayerBuffers b;
-    b.x = i == 0 ? worker.input.data() : (i % 2 == 1 ? worker.ping.data() : worker.pong.data());
-    b.y = i % 2 == 0 ? worker.ping.data() : worker.pong.data();
+    b.x = i == 0 ? first_input : (i % 2 == 1 ? worker.ping.data() : worker.pong.data());
+    b.y = i == last && output_in_place ? out_memory->data
+                                       : (i % 2 == 0 ? worker.ping.data() : worker.pong.data());
     b.w = weights.weights(i);
     b.bias = weights.bias(i);
     b.workspace = worker.workspace.data();
     return b;
   };
 
-  // Host copy 1 of 2: the request's bytes into pinned staging, so the H2D
-  // copy is a true async DMA.
-  start = absl::Now();
-  std::memcpy(worker.staging_in.data(), call.input.data(), call.input.size());
-  const double stage_in = Seconds(absl::Now() - start);
   cudaStream_t stream = worker.stream.get();
+  start = absl::Now();
+  const void* input_source = call.input.data();
+  if (!input_direct) {
+    // Host copy: the request's bytes into pinned staging, so the copy to the
+    // GPU is a true async DMA.
+    std::memcpy(worker.staging_in.data(), call.input.data(), in_bytes);
+    input_source = worker.staging_in.data();
+  } else if (in_memory) {
+    input_source = in_memory->data;
+  }
+  const double stage_in = Seconds(absl::Now() - start);
   CUDA_RETURN_IF_ERROR(cudaEventRecord(worker.events[0].get(), stream));
-  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(worker.input.data(), worker.staging_in.data(),
-                                       call.input.size(), cudaMemcpyHostToDevice, stream));
+  if (input_on_device && !input_in_place) {
+    CUDA_RETURN_IF_ERROR(cudaMemcpyPeerAsync(worker.input.data(), device.ordinal, input_source,
+                                             in_memory->device, in_bytes, stream));
+  } else if (!input_in_place) {
+    CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(worker.input.data(), input_source, in_bytes,
+                                         cudaMemcpyHostToDevice, stream));
+  }
   CUDA_RETURN_IF_ERROR(cudaEventRecord(worker.events[1].get(), stream));
   if (!options_.testing_fault_graph.empty() && graph.name() == options_.testing_fault_graph) {
     task.engines = "testing fault hook (--testing_fault_graph)";
     task.quarantine_keys.clear();  // the hook, not an engine, faults
-    RETURN_IF_ERROR(LaunchMisalignedWriteForTesting(worker.input.data(), stream));
+    RETURN_IF_ERROR(LaunchMisalignedWriteForTesting(worker.ping.data(), stream));
   }
   // Layers are queued ahead of the GPU, but never much more than
   // kMaxQueuedAheadMs of work: then the worker waits for it and checks for
@@ -802,15 +841,29 @@ absl::Status DevicePool::Execute(Device& device, Worker& worker, Task& task,
     }
   }
   CUDA_RETURN_IF_ERROR(cudaEventRecord(worker.events[2].get(), stream));
-  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(worker.staging_out.data(),
-                                       buffers_for(problems.size() - 1).y, out_bytes,
-                                       cudaMemcpyDeviceToHost, stream));
+  const void* result = buffers_for(last).y;
+  if (output_on_device && !output_in_place) {
+    CUDA_RETURN_IF_ERROR(cudaMemcpyPeerAsync(out_memory->data, out_memory->device, result,
+                                             device.ordinal, out_bytes, stream));
+  } else if (!output_in_place) {
+    void* target = output_direct ? static_cast<void*>(out_memory->data) : worker.staging_out.data();
+    CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(target, result, out_bytes, cudaMemcpyDeviceToHost, stream));
+  }
   CUDA_RETURN_IF_ERROR(cudaEventRecord(worker.events[3].get(), stream));
   CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
-  // Host copy 2 of 2: pinned staging into the response message.
   start = absl::Now();
-  call.output->resize(out_bytes);
-  std::memcpy(call.output->data(), worker.staging_out.data(), out_bytes);
+  if (!output_direct) {
+    // Host copy: pinned staging into the response message or the region.
+    uint8_t* target = nullptr;
+    if (out_memory) {
+      target = out_memory->data;
+    } else {
+      call.output->resize(out_bytes);
+      target = reinterpret_cast<uint8_t*>(call.output->data());
+    }
+    std::memcpy(target, worker.staging_out.data(), out_bytes);
+  }
   const double stage_out = Seconds(absl::Now() - start);
   ASSIGN_OR_RETURN(double h2d, ElapsedSeconds(worker.events[0], worker.events[1]));
   ASSIGN_OR_RETURN(double compute, ElapsedSeconds(worker.events[1], worker.events[2]));
@@ -820,6 +873,52 @@ absl::Status DevicePool::Execute(Device& device, Worker& worker, Task& task,
   timings->d2h = d2h + stage_out;
   *output_shape = outputs.back();
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<const void>> DevicePool::PinHostMemory(void* data, size_t bytes) {
+  // Portable: page-locked for every GPU's context, not only the current one.
+  CUDA_RETURN_IF_ERROR(cudaHostRegister(data, bytes, cudaHostRegisterPortable));
+  return std::shared_ptr<const void>(data, [](const void* pinned) {
+    cudaHostUnregister(const_cast<void*>(pinned));
+  });
+}
+
+absl::StatusOr<RequestRunner::DeviceMapping> DevicePool::OpenCudaIpc(const std::string& handle,
+                                                                    int device, size_t bytes) {
+  const auto served = std::find_if(devices_.begin(), devices_.end(),
+                                    [&](const auto& d) { return d->ordinal == device; });
+  if (served == devices_.end()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "CUDA device ", device, " is not one this server serves on (--gpus); register memory "
+        "of a GPU the server uses"));
+  }
+  if (handle.size() != sizeof(cudaIpcMemHandle_t)) {
+    return absl::InvalidArgumentError(absl::StrCat("raw_handle holds ", handle.size(),
+                                                   " bytes; a cudaIpcMemHandle_t has ",
+                                                   sizeof(cudaIpcMemHandle_t)));
+  }
+  cudaIpcMemHandle_t ipc;
+  std::memcpy(&ipc, handle.data(), sizeof(ipc));
+  CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
+  void* mapped = nullptr;
+  const cudaError_t opened = cudaIpcOpenMemHandle(&mapped, ipc, cudaIpcMemLazyEnablePeerAccess);
+  if (opened != cudaSuccess) {
+    cudaGetLastError();  // not sticky: clear it for this thread
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the CUDA IPC handle does not open on device ", device, ": ", cudaGetErrorName(opened),
+        " (", cudaGetErrorString(opened), "); it must come from cudaIpcGetMemHandle in another "
+        "process on this machine"));
+  }
+  DeviceMapping mapping;
+  mapping.data = static_cast<uint8_t*>(mapped);
+  mapping.token = std::shared_ptr<const void>(mapped, [device](const void* pointer) {
+    int current = 0;
+    cudaGetDevice(&current);
+    cudaSetDevice(device);
+    cudaIpcCloseMemHandle(const_cast<void*>(pointer));
+    cudaSetDevice(current);
+  });
+  return mapping;
 }
 
 }  // namespace convserve

@@ -101,6 +101,10 @@ class DevicePool : public RequestRunner {
   std::string Describe() const override;
   RunnerStats Stats() const override;
   bool healthy() const override;
+  absl::StatusOr<std::shared_ptr<const void>> PinHostMemory(void* data, size_t bytes) override;
+  bool serves_device_memory() const override { return true; }
+  absl::StatusOr<DeviceMapping> OpenCudaIpc(const std::string& handle, int device,
+                                           size_t bytes) override;
 
   PlanCacheStats plan_stats() const { return plans_.stats(); }
   PlanCacheStats choice_stats() const { return choices_.stats(); }

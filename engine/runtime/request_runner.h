@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "engine/graph.h"
 #include "engine/runtime/infer_call.h"
 #include "engine/runtime/plan_cache.h"
@@ -104,6 +105,26 @@ class RequestRunner {
 
   // False when no device can serve any more (every GPU failed).
   virtual bool healthy() const { return true; }
+
+  // Shared-memory support. Page-locks host memory for the runner's devices
+  // (a system region), so copies read and write it directly; the returned
+  // token undoes it when released (null: nothing to do, e.g. on the CPU).
+  virtual absl::StatusOr<std::shared_ptr<const void>> PinHostMemory(void* data, size_t bytes) {
+    return std::shared_ptr<const void>();
+  }
+  // Whether OpenCudaIpc works here (CUDA shared memory is served).
+  virtual bool serves_device_memory() const { return false; }
+  // Maps a CUDA IPC memory handle (cudaIpcMemHandle_t bytes) of GPU `device`
+  // into this process: the device pointer, valid while the token lives.
+  struct DeviceMapping {
+    uint8_t* data = nullptr;
+    std::shared_ptr<const void> token;
+  };
+  virtual absl::StatusOr<DeviceMapping> OpenCudaIpc(const std::string& handle, int device,
+                                                   size_t bytes) {
+    return absl::FailedPreconditionError(
+        "CUDA shared memory needs the GPU backend; this server runs on CPU");
+  }
 
   // A snapshot for metrics; called from the metrics thread.
   virtual RunnerStats Stats() const = 0;
