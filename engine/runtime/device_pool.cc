@@ -178,6 +178,16 @@ absl::StatusOr<std::unique_ptr<DevicePool>> DevicePool::Create(const DevicePoolO
     ASSIGN_OR_RETURN(resolved.selection.errata, CudnnErrata::Create(resolved.errata_file));
   }
   std::unique_ptr<DevicePool> pool(new DevicePool(resolved));
+  // Request and response bytes in page-locked memory, for every GPU
+  // (portable): copies to and from the GPUs are direct DMA.
+  HostBufferPoolOptions host_buffers;
+  host_buffers.allocate = [](size_t bytes) -> void* {
+    void* data = nullptr;
+    return cudaHostAlloc(&data, bytes, cudaHostAllocPortable) == cudaSuccess ? data : nullptr;
+  };
+  host_buffers.release = [](void* data) { cudaFreeHost(data); };
+  host_buffers.pinned = true;
+  pool->set_host_buffer_pool(HostBufferPool::Create(std::move(host_buffers)));
   std::string store_directory = options.plan_cache_dir;
   if (store_directory.empty()) {
     ASSIGN_OR_RETURN(store_directory, PrivateStoreDirectory());

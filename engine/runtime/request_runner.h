@@ -14,6 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "engine/graph.h"
+#include "engine/runtime/host_buffer_pool.h"
 #include "engine/runtime/infer_call.h"
 #include "engine/runtime/plan_cache.h"
 
@@ -106,6 +107,13 @@ class RequestRunner {
   // False when no device can serve any more (every GPU failed).
   virtual bool healthy() const { return true; }
 
+  // A host buffer for a request's or response's bytes, from a pool: page-
+  // locked on GPU runners (copies to and from the GPU read and write it
+  // directly), plain memory on the CPU.
+  absl::StatusOr<TensorMemory> AllocateHostBuffer(size_t bytes) {
+    return host_buffers_->Get(bytes);
+  }
+
   // Shared-memory support. Page-locks host memory for the runner's devices
   // (a system region), so copies read and write it directly; the returned
   // token undoes it when released (null: nothing to do, e.g. on the CPU).
@@ -141,6 +149,10 @@ class RequestRunner {
   }
 
  protected:
+  // Set once, at creation (GPU runners: page-locked buffers).
+  void set_host_buffer_pool(std::shared_ptr<HostBufferPool> pool) {
+    host_buffers_ = std::move(pool);
+  }
   void ReportPlanBuild(const PlanBuildEvent& event) const {
     if (plan_build_observer_) plan_build_observer_(event);
   }
@@ -149,6 +161,7 @@ class RequestRunner {
   }
 
  private:
+  std::shared_ptr<HostBufferPool> host_buffers_ = HostBufferPool::CreateUnpinned();
   std::function<void(const PlanBuildEvent&)> plan_build_observer_;
   std::function<void(const DeviceFailure&)> device_failure_observer_;
 };
