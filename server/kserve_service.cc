@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "server/grpc_status.h"
+#include "server/kserve_wire.h"
 #include "server/proto_convert.h"
 #include "server/version.h"
 
@@ -137,14 +138,47 @@ grpc::ServerUnaryReactor* KServeService::ModelMetadata(
 }
 
 grpc::ServerUnaryReactor* KServeService::ModelInfer(grpc::CallbackServerContext* context,
-                                                    const inference::ModelInferRequest* request,
-                                                    inference::ModelInferResponse* response) {
+                                                    const grpc::ByteBuffer* request_bytes,
+                                                    grpc::ByteBuffer* response_bytes) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  // The tensor goes from gRPC's slices into a host buffer once (page-locked
+  // on GPU servers); the rest is parsed as usual.
+  RequestRunner* runner = core_->mutable_runner();
+  absl::StatusOr<WireInferRequest> wire = ParseModelInferRequest(
+      *request_bytes, [runner](size_t bytes) { return runner->AllocateHostBuffer(bytes); });
+  if (!wire.ok()) {
+    metrics_->RequestRejected("", "kserve", wire.status().code());
+    reactor->Finish(ToGrpcStatus(wire.status()));
+    return reactor;
+  }
+  // Alive until the call is done: the request (its raw inputs in buffers)
+  // and the response header.
+  struct Call {
+    WireInferRequest wire;
+    inference::ModelInferResponse response;
+  };
+  auto call = std::make_shared<Call>();
+  call->wire = *std::move(wire);
   // True once the client cancels and also once the deadline passes, even if
   // the client never says so: gRPC's server deadline filter (on by default)
   // cancels the call. tests/integration/cancellation_test.cc checks both.
-  StartInfer(*request, response, [context] { return context->IsCancelled(); },
-             [reactor](const absl::Status& status) { reactor->Finish(ToGrpcStatus(status)); });
+  StartInfer(call->wire.request, &call->wire.raw_inputs, &call->response,
+             [context] { return context->IsCancelled(); },
+             [reactor, response_bytes, call](const absl::Status& status,
+                                             const TensorMemory* output) {
+               if (!status.ok()) {
+                 reactor->Finish(ToGrpcStatus(status));
+                 return;
+               }
+               absl::StatusOr<grpc::ByteBuffer> bytes =
+                   SerializeModelInferResponse(call->response, output);
+               if (!bytes.ok()) {
+                 reactor->Finish(ToGrpcStatus(bytes.status()));
+                 return;
+               }
+               *response_bytes = *std::move(bytes);
+               reactor->Finish(grpc::Status::OK);
+             });
   return reactor;
 }
 
@@ -152,17 +186,27 @@ void KServeService::StartInfer(const inference::ModelInferRequest& request,
                                inference::ModelInferResponse* response,
                                std::function<bool()> cancelled,
                                std::function<void(const absl::Status&)> done) {
+  StartInfer(request, nullptr, response, std::move(cancelled),
+             [done = std::move(done)](const absl::Status& status, const TensorMemory*) {
+               done(status);
+             });
+}
+
+void KServeService::StartInfer(const inference::ModelInferRequest& request,
+                               const std::vector<TensorMemory>* raw_inputs,
+                               inference::ModelInferResponse* response,
+                               std::function<bool()> cancelled, BufferDone done) {
   const absl::Time start = absl::Now();
   const auto reject = [&](const absl::Status& status, const std::string& graph) {
     metrics_->RequestRejected(graph, "kserve", status.code());
-    done(status);
+    done(status, nullptr);
   };
   absl::StatusOr<std::shared_ptr<const Graph>> graph =
       FindModel(request.model_name(), request.model_version());
   if (!graph.ok()) return reject(graph.status(), "");
   absl::StatusOr<std::optional<SharedMemoryRef>> output_region = CheckKServeOutputs(request);
   if (!output_region.ok()) return reject(output_region.status(), (*graph)->name());
-  absl::StatusOr<WireTensor> input = KServeInputFromProto(**graph, request);
+  absl::StatusOr<WireTensor> input = KServeInputFromProto(**graph, request, raw_inputs);
   if (!input.ok()) return reject(input.status(), (*graph)->name());
 
   std::shared_ptr<const Graph> model = *graph;
@@ -190,13 +234,31 @@ void KServeService::StartInfer(const inference::ModelInferRequest& request,
   response->set_model_name(model->name());
   response->set_model_version("1");
   response->set_id(request.id());
+  // Raw inputs were read into page-locked buffers (on GPUs): copies to the
+  // GPU read them directly.
+  if (raw_inputs != nullptr && !raw_inputs->empty() && !call.input_memory) {
+    call.input_memory = raw_inputs->front();
+  }
+  // Without an output region: into a host buffer that gRPC then sends as is
+  // (the raw path), or into the response message.
+  std::optional<TensorMemory> output_buffer;
+  if (!call.output_memory && raw_inputs != nullptr) {
+    absl::StatusOr<std::vector<Shape>> shapes = model->InferShapes(call.input_shape);
+    if (shapes.ok()) {
+      absl::StatusOr<TensorMemory> buffer = core_->mutable_runner()->AllocateHostBuffer(
+          NumElements(shapes->back()) * DTypeSize(model->spec().dtype));
+      if (!buffer.ok()) return reject(buffer.status(), model->name());
+      output_buffer = *buffer;
+      call.output_memory = *std::move(buffer);
+    }
+  }
   if (!call.output_memory) call.output = response->add_raw_output_contents();
   call.cancelled = std::move(cancelled);
   metrics_->RequestStarted();
   const int64_t bytes_in = static_cast<int64_t>(
       call.input_memory ? call.input_memory->bytes : call.input.size());
   call.done = [this, response, model, start, done = std::move(done), bytes_in,
-               output_region = *output_region](
+               output_region = *output_region, output_buffer = std::move(output_buffer)](
                   const absl::Status& status, const Shape& shape, const InferTimings& timings) {
     int64_t bytes_out = 0;
     if (status.ok()) {
@@ -223,7 +285,13 @@ void KServeService::StartInfer(const inference::ModelInferRequest& request,
     metrics_->RequestFinished(model->name(), model->id(), "kserve", status.code(),
                               absl::ToDoubleSeconds(absl::Now() - start), timings, bytes_in,
                               bytes_out);
-    done(status);
+    if (status.ok() && output_buffer) {
+      TensorMemory sent = *output_buffer;
+      sent.bytes = static_cast<size_t>(bytes_out);
+      done(status, &sent);
+      return;
+    }
+    done(status, nullptr);
   };
   core_->Infer(std::move(call));
 }

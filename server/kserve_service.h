@@ -15,7 +15,12 @@
 
 namespace convserve {
 
-class KServeService final : public inference::GRPCInferenceService::CallbackService {
+// ModelInfer takes gRPC's raw bytes (server/kserve_wire.h): its tensors are
+// copied at most once on the host. Every other call takes messages.
+using KServeServiceBase = inference::GRPCInferenceService::WithRawCallbackMethod_ModelInfer<
+    inference::GRPCInferenceService::CallbackService>;
+
+class KServeService final : public KServeServiceBase {
  public:
   // `core`, `metrics` and `shared_memory` outlive the service.
   KServeService(InferenceCore* core, ServerMetrics* metrics, SharedMemoryRegistry* shared_memory)
@@ -37,8 +42,8 @@ class KServeService final : public inference::GRPCInferenceService::CallbackServ
                                           const inference::ModelMetadataRequest* request,
                                           inference::ModelMetadataResponse* response) override;
   grpc::ServerUnaryReactor* ModelInfer(grpc::CallbackServerContext* context,
-                                       const inference::ModelInferRequest* request,
-                                       inference::ModelInferResponse* response) override;
+                                       const grpc::ByteBuffer* request,
+                                       grpc::ByteBuffer* response) override;
 
   // Triton's shared-memory extension (server/shared_memory_registry.h).
   grpc::ServerUnaryReactor* SystemSharedMemoryStatus(
@@ -73,6 +78,16 @@ class KServeService final : public inference::GRPCInferenceService::CallbackServ
   void StartInfer(const inference::ModelInferRequest& request,
                   inference::ModelInferResponse* response, std::function<bool()> cancelled,
                   std::function<void(const absl::Status&)> done);
+
+  // The same with the tensors in host buffers (the raw ModelInfer path):
+  // `raw_inputs` are the request's raw_input_contents read off the wire (or
+  // null), and, unless the request names an output region, the output is
+  // written to a host buffer handed to `done` (else `done` gets null).
+  using BufferDone = std::function<void(const absl::Status&, const TensorMemory* output)>;
+  void StartInfer(const inference::ModelInferRequest& request,
+                  const std::vector<TensorMemory>* raw_inputs,
+                  inference::ModelInferResponse* response, std::function<bool()> cancelled,
+                  BufferDone done);
 
  private:
   // The graph for a model name and version ("" or "1").

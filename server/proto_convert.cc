@@ -269,7 +269,10 @@ void KServeMetadataToProto(const Graph& graph, inference::ModelMetadataResponse*
 }
 
 absl::StatusOr<WireTensor> KServeInputFromProto(const Graph& graph,
-                                                const inference::ModelInferRequest& request) {
+                                                const inference::ModelInferRequest& request,
+                                                const std::vector<TensorMemory>* raw_inputs) {
+  const int raw_count = raw_inputs != nullptr ? static_cast<int>(raw_inputs->size())
+                                              : request.raw_input_contents_size();
   if (request.inputs_size() != 1) {
     return Invalid("inputs", absl::StrCat("holds ", request.inputs_size(),
                                           " tensors; the model takes exactly one, named '",
@@ -320,7 +323,7 @@ absl::StatusOr<WireTensor> KServeInputFromProto(const Graph& graph,
       KServeSharedMemoryRef(input.parameters(), "inputs[0].parameters");
   if (!shared.ok()) return shared.status();
   if (shared->has_value()) {
-    if (request.raw_input_contents_size() > 0 || input.has_contents()) {
+    if (raw_count > 0 || input.has_contents()) {
       return Invalid("inputs[0]", "is in shared memory (shared_memory_region); "
                                   "raw_input_contents and contents must then be empty");
     }
@@ -329,14 +332,18 @@ absl::StatusOr<WireTensor> KServeInputFromProto(const Graph& graph,
     tensor.shared_memory = **shared;
     return tensor;
   }
-  if (request.raw_input_contents_size() > 0) {
-    if (request.raw_input_contents_size() != 1) {
+  if (raw_count > 0) {
+    if (raw_count != 1) {
       return Invalid("raw_input_contents",
-                     absl::StrCat("holds ", request.raw_input_contents_size(),
-                                  " entries; expected one per input (1)"));
+                     absl::StrCat("holds ", raw_count, " entries; expected one per input (1)"));
     }
     if (input.has_contents()) {
       return Invalid("inputs[0].contents", "must be empty when raw_input_contents is used");
+    }
+    if (raw_inputs != nullptr) {
+      const TensorMemory& raw = raw_inputs->front();
+      WireTensor tensor{std::move(logical), absl::MakeConstSpan(raw.data, raw.bytes)};
+      return tensor;
     }
     return WireTensor{std::move(logical), BytesOf(request.raw_input_contents(0))};
   }

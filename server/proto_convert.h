@@ -6,10 +6,12 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "convserve/v1/convserve.pb.h"
 #include "engine/graph.h"
+#include "engine/runtime/infer_call.h"
 #include "engine/tensor.h"
 #include "inference/grpc_predict_v2.pb.h"
 
@@ -57,8 +59,12 @@ std::string KServeDataType(DType dtype);
 // KServe tensors carry the physical shape, the dims in byte order (N, H, W, C
 // for NHWC); -1 marks a variable dim.
 void KServeMetadataToProto(const Graph& graph, inference::ModelMetadataResponse* response);
-absl::StatusOr<WireTensor> KServeInputFromProto(const Graph& graph,
-                                                const inference::ModelInferRequest& request);
+// `raw_inputs`, when given, are the request's raw_input_contents, read off
+// the wire into buffers (server/kserve_wire.h); then the request's own field
+// is empty.
+absl::StatusOr<WireTensor> KServeInputFromProto(
+    const Graph& graph, const inference::ModelInferRequest& request,
+    const std::vector<TensorMemory>* raw_inputs = nullptr);
 // Checks the requested outputs: none, or the one named "output"; returns its
 // shared-memory region when it names one.
 absl::StatusOr<std::optional<SharedMemoryRef>> CheckKServeOutputs(
