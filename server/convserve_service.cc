@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "server/grpc_status.h"
+#include "server/tensor_wire.h"
 #include "server/proto_convert.h"
 
 namespace convserve {
@@ -64,51 +65,81 @@ grpc::ServerUnaryReactor* ConvServeService::GetGraph(grpc::CallbackServerContext
 }
 
 grpc::ServerUnaryReactor* ConvServeService::Infer(grpc::CallbackServerContext* context,
-                                                  const v1::InferRequest* request,
-                                                  v1::InferResponse* response) {
+                                                  const grpc::ByteBuffer* request_bytes,
+                                                  grpc::ByteBuffer* response_bytes) {
   const absl::Time start = absl::Now();
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   const auto reject = [&](const absl::Status& status, const std::string& graph) {
     metrics_->RequestRejected(graph, "convserve", status.code());
-    return Finish(context, status);
+    reactor->Finish(ToGrpcStatus(status));
+    return reactor;
   };
-  absl::Status status = RequireGraphName(request->graph());
+  // The tensor goes from gRPC's slices into a host buffer once (page-locked
+  // on GPU servers); the rest is parsed as usual.
+  RequestRunner* runner = core_->mutable_runner();
+  const HostAllocator allocate = [runner](size_t bytes) {
+    return runner->AllocateHostBuffer(bytes);
+  };
+  absl::StatusOr<WireConvServeRequest> wire = ParseInferRequest(*request_bytes, allocate);
+  if (!wire.ok()) return reject(wire.status(), "");
+  const v1::InferRequest& request = wire->request;
+  absl::Status status = RequireGraphName(request.graph());
   if (!status.ok()) return reject(status, "");
-  absl::StatusOr<std::shared_ptr<const Graph>> graph = core_->FindGraph(request->graph());
+  absl::StatusOr<std::shared_ptr<const Graph>> graph = core_->FindGraph(request.graph());
   if (!graph.ok()) return reject(graph.status(), "");
-  absl::StatusOr<WireTensor> input = InferInputFromProto(**graph, *request);
+  absl::StatusOr<WireTensor> input = InferInputFromProto(**graph, request, &wire->data);
   if (!input.ok()) return reject(input.status(), (*graph)->name());
 
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   const DType dtype = (*graph)->spec().dtype;
   const Layout layout = (*graph)->spec().layout;
-  response->set_graph_id((*graph)->id());
   InferCall call;
   call.graph = *std::move(graph);
   call.input_shape = std::move(input->shape);
   call.input = input->bytes;
-  call.output = response->mutable_output()->mutable_data();
+  if (!wire->data.empty()) call.input_memory = wire->data.front();
+  // The output goes into a host buffer that gRPC then sends as is.
+  absl::StatusOr<std::vector<Shape>> shapes = call.graph->InferShapes(call.input_shape);
+  std::optional<TensorMemory> output;
+  auto response = std::make_shared<v1::InferResponse>();
+  if (shapes.ok()) {
+    absl::StatusOr<TensorMemory> buffer =
+        allocate(NumElements(shapes->back()) * DTypeSize(dtype));
+    if (!buffer.ok()) return reject(buffer.status(), call.graph->name());
+    output = *buffer;
+    call.output_memory = *std::move(buffer);
+  } else {
+    call.output = response->mutable_output()->mutable_data();  // the core answers the error
+  }
+  response->set_graph_id(call.graph->id());
   // True once the client cancels and also once the deadline passes, even if
   // the client never says so: gRPC's server deadline filter (on by default)
   // cancels the call. tests/integration/cancellation_test.cc checks both.
   call.cancelled = [context] { return context->IsCancelled(); };
   metrics_->RequestStarted();
-  call.done = [this, reactor, response, dtype, layout, start, name = call.graph->name(),
-               id = call.graph->id(), bytes_in = static_cast<int64_t>(input->bytes.size())](
+  const int64_t bytes_in = static_cast<int64_t>(input->bytes.size());
+  call.done = [this, reactor, response, response_bytes, output, dtype, layout, start,
+               name = call.graph->name(), id = call.graph->id(), bytes_in,
+               request_alive = std::make_shared<WireConvServeRequest>(*std::move(wire))](
                   const absl::Status& status, const Shape& shape, const InferTimings& timings) {
     int64_t bytes_out = 0;
+    absl::Status result = status;
     if (status.ok()) {
-      v1::Tensor* output = response->mutable_output();
-      for (int64_t d : shape) output->add_shape(d);
-      output->set_data_type(DataTypeToProto(dtype));
-      output->set_layout(LayoutToProto(layout));
-      bytes_out = static_cast<int64_t>(output->data().size());
-    } else {
-      response->Clear();  // never a partial result
+      v1::Tensor* tensor = response->mutable_output();
+      for (int64_t d : shape) tensor->add_shape(d);
+      tensor->set_data_type(DataTypeToProto(dtype));
+      tensor->set_layout(LayoutToProto(layout));
+      bytes_out = NumElements(shape) * static_cast<int64_t>(DTypeSize(dtype));
+      absl::StatusOr<grpc::ByteBuffer> bytes = SerializeInferResponse(*response, *output);
+      if (bytes.ok()) {
+        *response_bytes = *std::move(bytes);
+      } else {
+        result = bytes.status();
+      }
     }
-    metrics_->RequestFinished(name, id, "convserve", status.code(),
+    metrics_->RequestFinished(name, id, "convserve", result.code(),
                               absl::ToDoubleSeconds(absl::Now() - start), timings, bytes_in,
                               bytes_out);
-    reactor->Finish(ToGrpcStatus(status));
+    reactor->Finish(ToGrpcStatus(result));
   };
   core_->Infer(std::move(call));
   return reactor;

@@ -9,7 +9,12 @@
 
 namespace convserve {
 
-class ConvServeService final : public v1::ConvServe::CallbackService {
+// Infer takes gRPC's raw bytes (server/tensor_wire.h): its tensors are
+// copied at most once on the host. Every other call takes messages.
+using ConvServeServiceBase =
+    v1::ConvServe::WithRawCallbackMethod_Infer<v1::ConvServe::CallbackService>;
+
+class ConvServeService final : public ConvServeServiceBase {
  public:
   // `core` and `metrics` outlive the service.
   ConvServeService(InferenceCore* core, ServerMetrics* metrics)
@@ -28,8 +33,8 @@ class ConvServeService final : public v1::ConvServe::CallbackService {
                                      const v1::GetGraphRequest* request,
                                      v1::GetGraphResponse* response) override;
   grpc::ServerUnaryReactor* Infer(grpc::CallbackServerContext* context,
-                                  const v1::InferRequest* request,
-                                  v1::InferResponse* response) override;
+                                  const grpc::ByteBuffer* request,
+                                  grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* GetStatistics(grpc::CallbackServerContext* context,
                                           const v1::GetStatisticsRequest* request,
                                           v1::GetStatisticsResponse* response) override;

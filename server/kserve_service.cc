@@ -3,7 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "server/grpc_status.h"
-#include "server/kserve_wire.h"
+#include "server/tensor_wire.h"
 #include "server/proto_convert.h"
 #include "server/version.h"
 

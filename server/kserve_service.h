@@ -15,7 +15,7 @@
 
 namespace convserve {
 
-// ModelInfer takes gRPC's raw bytes (server/kserve_wire.h): its tensors are
+// ModelInfer takes gRPC's raw bytes (server/tensor_wire.h): its tensors are
 // copied at most once on the host. Every other call takes messages.
 using KServeServiceBase = inference::GRPCInferenceService::WithRawCallbackMethod_ModelInfer<
     inference::GRPCInferenceService::CallbackService>;

@@ -213,7 +213,8 @@ void GraphInfoToProto(const Graph& graph, v1::GraphInfo* info) {
 }
 
 absl::StatusOr<WireTensor> InferInputFromProto(const Graph& graph,
-                                               const v1::InferRequest& request) {
+                                               const v1::InferRequest& request,
+                                               const std::vector<TensorMemory>* data) {
   if (!request.has_input()) return Invalid("input", "is required");
   const v1::Tensor& input = request.input();
   const GraphSpec& spec = graph.spec();
@@ -230,6 +231,12 @@ absl::StatusOr<WireTensor> InferInputFromProto(const Graph& graph,
                                                 LayoutName(spec.layout)));
   }
   if (input.shape_size() == 0) return Invalid("input.shape", "is required (N, C, H, W)");
+  if (data != nullptr) {
+    if (data->size() > 1) return Invalid("input.data", "appears more than once");
+    if (data->empty()) return WireTensor{ToVector(input.shape()), {}};
+    return WireTensor{ToVector(input.shape()),
+                      absl::MakeConstSpan(data->front().data, data->front().bytes)};
+  }
   return WireTensor{ToVector(input.shape()), BytesOf(input.data())};
 }
 

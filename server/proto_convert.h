@@ -52,7 +52,10 @@ struct WireTensor {
   // KServe: the tensor's shared-memory region, when it is in one.
   std::optional<SharedMemoryRef> shared_memory;
 };
-absl::StatusOr<WireTensor> InferInputFromProto(const Graph& graph, const v1::InferRequest& request);
+// `data`, when given, holds input.data read off the wire into a buffer
+// (server/tensor_wire.h); then the request's own field is empty.
+absl::StatusOr<WireTensor> InferInputFromProto(const Graph& graph, const v1::InferRequest& request,
+                                               const std::vector<TensorMemory>* data = nullptr);
 
 // KServe v2: "FP32", "FP16", "BF16".
 std::string KServeDataType(DType dtype);
@@ -60,7 +63,7 @@ std::string KServeDataType(DType dtype);
 // for NHWC); -1 marks a variable dim.
 void KServeMetadataToProto(const Graph& graph, inference::ModelMetadataResponse* response);
 // `raw_inputs`, when given, are the request's raw_input_contents, read off
-// the wire into buffers (server/kserve_wire.h); then the request's own field
+// the wire into buffers (server/tensor_wire.h); then the request's own field
 // is empty.
 absl::StatusOr<WireTensor> KServeInputFromProto(
     const Graph& graph, const inference::ModelInferRequest& request,

@@ -1,9 +1,9 @@
-// KServe ModelInfer bytes without protobuf's tensor copies: a request parsed
-// from gRPC slices (however they split the message) gives the same fields and
-// tensor bytes as protobuf's own parse; a response with its tensor as a
-// separate slice parses back to the same message, and the tensor's buffer is
-// held until the bytes are gone.
-#include "server/kserve_wire.h"
+// Inference messages without protobuf's tensor copies (KServe ModelInfer and
+// convserve.v1 Infer): a request parsed from gRPC slices (however they split
+// the message) gives the same fields and tensor bytes as protobuf's own
+// parse; a response with its tensor as a separate slice parses back to the
+// same message, and the tensor's buffer is held until the bytes are gone.
+#include "server/tensor_wire.h"
 
 #include <grpcpp/support/slice.h>
 
@@ -47,7 +47,7 @@ grpc::ByteBuffer Sliced(const std::string& bytes, size_t piece) {
   return grpc::ByteBuffer(slices.data(), slices.size());
 }
 
-TEST(KServeWireTest, RequestParsedFromSlicesMatchesProtobuf) {
+TEST(TensorWireTest, RequestParsedFromSlicesMatchesProtobuf) {
   std::shared_ptr<HostBufferPool> pool = HostBufferPool::CreateUnpinned();
   const HostAllocator allocate = [&](size_t bytes) { return pool->Get(bytes); };
   for (size_t tensor : {size_t{0}, size_t{1}, size_t{4097}, size_t{1} << 20}) {
@@ -70,7 +70,7 @@ TEST(KServeWireTest, RequestParsedFromSlicesMatchesProtobuf) {
   }
 }
 
-TEST(KServeWireTest, MalformedRequestIsInvalidArgument) {
+TEST(TensorWireTest, MalformedRequestIsInvalidArgument) {
   std::shared_ptr<HostBufferPool> pool = HostBufferPool::CreateUnpinned();
   const HostAllocator allocate = [&](size_t bytes) { return pool->Get(bytes); };
   const std::string serialized = Request(100).SerializeAsString();
@@ -85,7 +85,7 @@ TEST(KServeWireTest, MalformedRequestIsInvalidArgument) {
   }
 }
 
-TEST(KServeWireTest, ResponseWithTensorSliceParsesBackAndHoldsTheBuffer) {
+TEST(TensorWireTest, ResponseWithTensorSliceParsesBackAndHoldsTheBuffer) {
   std::shared_ptr<HostBufferPool> pool = HostBufferPool::CreateUnpinned();
   inference::ModelInferResponse header;
   header.set_model_name("resnet_block");
@@ -119,7 +119,7 @@ TEST(KServeWireTest, ResponseWithTensorSliceParsesBackAndHoldsTheBuffer) {
   EXPECT_GT(pool->cached_bytes(), 0) << "the buffer went back once gRPC let go";
 }
 
-TEST(KServeWireTest, ResponseWithoutTensorIsJustTheMessage) {
+TEST(TensorWireTest, ResponseWithoutTensorIsJustTheMessage) {
   inference::ModelInferResponse header;
   header.set_id("x");
   absl::StatusOr<grpc::ByteBuffer> bytes = SerializeModelInferResponse(header, nullptr);
@@ -129,6 +129,80 @@ TEST(KServeWireTest, ResponseWithoutTensorIsJustTheMessage) {
   inference::ModelInferResponse parsed;
   ASSERT_TRUE(parsed.ParseFromArray(slices[0].begin(), static_cast<int>(slices[0].size())));
   EXPECT_EQ(parsed.id(), "x");
+}
+
+v1::InferRequest ConvServeRequest(size_t tensor_bytes) {
+  v1::InferRequest request;
+  request.set_graph("resnet_block");
+  v1::Tensor* input = request.mutable_input();
+  for (int64_t d : {1, 3, 31, 29}) input->add_shape(d);
+  input->set_data_type(v1::FLOAT16);
+  input->set_layout(v1::NHWC);
+  std::string bytes(tensor_bytes, '\0');
+  std::mt19937 rng(5);
+  for (char& c : bytes) c = static_cast<char>(rng());
+  input->set_data(bytes);
+  return request;
+}
+
+TEST(TensorWireTest, ConvServeRequestParsedFromSlicesMatchesProtobuf) {
+  std::shared_ptr<HostBufferPool> pool = HostBufferPool::CreateUnpinned();
+  const HostAllocator allocate = [&](size_t bytes) { return pool->Get(bytes); };
+  for (size_t tensor : {size_t{1}, size_t{3000}, size_t{1} << 20}) {
+    const v1::InferRequest request = ConvServeRequest(tensor);
+    const std::string serialized = request.SerializeAsString();
+    for (size_t piece : {size_t{1} << 30, size_t{999}, size_t{3}}) {
+      if (serialized.size() / piece > 200000) continue;
+      absl::StatusOr<WireConvServeRequest> parsed =
+          ParseInferRequest(Sliced(serialized, piece), allocate);
+      ASSERT_TRUE(parsed.ok()) << parsed.status();
+      v1::InferRequest expected = request;
+      expected.mutable_input()->clear_data();
+      EXPECT_TRUE(MessageDifferencer::Equals(parsed->request, expected));
+      ASSERT_EQ(parsed->data.size(), 1u);
+      EXPECT_EQ(std::string(reinterpret_cast<const char*>(parsed->data[0].data),
+                            parsed->data[0].bytes),
+                request.input().data());
+    }
+  }
+}
+
+TEST(TensorWireTest, ConvServeRequestWithoutDataHasNoTensor) {
+  std::shared_ptr<HostBufferPool> pool = HostBufferPool::CreateUnpinned();
+  v1::InferRequest request = ConvServeRequest(0);
+  request.mutable_input()->clear_data();
+  absl::StatusOr<WireConvServeRequest> parsed = ParseInferRequest(
+      Sliced(request.SerializeAsString(), 1 << 20), [&](size_t bytes) { return pool->Get(bytes); });
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_TRUE(parsed->data.empty());
+  EXPECT_TRUE(MessageDifferencer::Equals(parsed->request, request));
+}
+
+TEST(TensorWireTest, ConvServeResponseWithTensorSliceParsesBack) {
+  std::shared_ptr<HostBufferPool> pool = HostBufferPool::CreateUnpinned();
+  v1::InferResponse header;
+  header.set_graph_id("abc123");
+  v1::Tensor* output = header.mutable_output();
+  for (int64_t d : {1, 4, 7, 5}) output->add_shape(d);
+  output->set_data_type(v1::BFLOAT16);
+  output->set_layout(v1::NCHW);
+  absl::StatusOr<TensorMemory> tensor = pool->Get(1 * 4 * 7 * 5 * 2);
+  ASSERT_TRUE(tensor.ok());
+  for (size_t i = 0; i < tensor->bytes; ++i) tensor->data[i] = static_cast<uint8_t>(i * 13 + 1);
+  absl::StatusOr<grpc::ByteBuffer> bytes = SerializeInferResponse(header, *tensor);
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  std::vector<grpc::Slice> slices;
+  ASSERT_TRUE(bytes->Dump(&slices).ok());
+  std::string flat;
+  for (const grpc::Slice& slice : slices) {
+    flat.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
+  }
+  v1::InferResponse parsed;
+  ASSERT_TRUE(parsed.ParseFromString(flat));
+  v1::InferResponse expected = header;
+  expected.mutable_output()->set_data(
+      std::string(reinterpret_cast<const char*>(tensor->data), tensor->bytes));
+  EXPECT_TRUE(MessageDifferencer::Equals(parsed, expected));
 }
 
 }  // namespace
