@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "server/grpc_status.h"
+#include "server/kserve_stream.h"
 #include "server/proto_convert.h"
 #include "server/version.h"
 
@@ -82,6 +83,11 @@ grpc::ServerUnaryReactor* KServeService::ModelInfer(grpc::CallbackServerContext*
   StartInfer(*request, response, [context] { return context->IsCancelled(); },
              [reactor](const absl::Status& status) { reactor->Finish(ToGrpcStatus(status)); });
   return reactor;
+}
+
+grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse>*
+KServeService::ModelStreamInfer(grpc::CallbackServerContext* context) {
+  return new ModelStreamReactor(context, this);  // deletes itself in OnDone
 }
 
 void KServeService::StartInfer(const inference::ModelInferRequest& request,

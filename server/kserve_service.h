@@ -36,6 +36,9 @@ class KServeService final : public inference::GRPCInferenceService::CallbackServ
   grpc::ServerUnaryReactor* ModelInfer(grpc::CallbackServerContext* context,
                                        const inference::ModelInferRequest* request,
                                        inference::ModelInferResponse* response) override;
+  // Triton's streaming extension; see server/kserve_stream.h.
+  grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse>*
+  ModelStreamInfer(grpc::CallbackServerContext* context) override;
 
   // One inference, for ModelInfer and each request of a stream: checks the
   // request and queues it; `done` runs once (on a worker thread, or on the
