@@ -2,6 +2,8 @@
 
 #include <string>
 
+#include "absl/strings/str_cat.h"
+
 namespace convserve {
 
 grpc::Status ToGrpcStatus(const absl::Status& status) {
@@ -16,6 +18,12 @@ grpc::Status ToGrpcStatus(const absl::Status& status) {
   const bool known = code > 0 && code <= static_cast<int>(grpc::StatusCode::UNAUTHENTICATED);
   return grpc::Status(known ? static_cast<grpc::StatusCode>(code) : grpc::StatusCode::UNKNOWN,
                       message);
+}
+
+std::string StreamErrorMessage(const absl::Status& status) {
+  const grpc::Status trimmed = ToGrpcStatus(status);
+  return absl::StrCat(absl::StatusCodeToString(static_cast<absl::StatusCode>(trimmed.error_code())),
+                      ": ", trimmed.error_message());
 }
 
 }  // namespace convserve

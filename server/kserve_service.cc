@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "server/grpc_status.h"
+#include "server/kserve_stream.h"
 #include "server/tensor_wire.h"
 #include "server/proto_convert.h"
 #include "server/version.h"
@@ -180,6 +181,11 @@ grpc::ServerUnaryReactor* KServeService::ModelInfer(grpc::CallbackServerContext*
                reactor->Finish(grpc::Status::OK);
              });
   return reactor;
+}
+
+grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse>*
+KServeService::ModelStreamInfer(grpc::CallbackServerContext* context) {
+  return new ModelStreamReactor(context, this);  // deletes itself in OnDone
 }
 
 void KServeService::StartInfer(const inference::ModelInferRequest& request,

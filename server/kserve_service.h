@@ -69,6 +69,9 @@ class KServeService final : public KServeServiceBase {
       grpc::CallbackServerContext* context,
       const inference::CudaSharedMemoryUnregisterRequest* request,
       inference::CudaSharedMemoryUnregisterResponse* response) override;
+  // Triton's streaming extension; see server/kserve_stream.h.
+  grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse>*
+  ModelStreamInfer(grpc::CallbackServerContext* context) override;
 
   // One inference, for ModelInfer and each request of a stream: checks the
   // request and queues it; `done` runs once (on a worker thread, or on the

@@ -75,9 +75,11 @@ std::string GatedBackend::Describe() const {
 absl::StatusOr<std::shared_ptr<Executable>> GatedBackend::Compile(
     std::shared_ptr<const Graph> graph, const Shape& input_shape) {
   if (options_.compile != nullptr) options_.compile->Pass();
+  const bool gated = options_.run != nullptr &&
+                     (options_.run_only_graph.empty() || graph->name() == options_.run_only_graph);
   absl::StatusOr<std::shared_ptr<Executable>> inner =
       inner_->Compile(std::move(graph), input_shape);
-  if (!inner.ok() || options_.run == nullptr) return inner;
+  if (!inner.ok() || !gated) return inner;
   return std::make_shared<GatedExecutable>(*std::move(inner), options_.run);
 }
 

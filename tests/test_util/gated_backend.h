@@ -42,6 +42,9 @@ struct GatedBackendOptions {
   std::shared_ptr<BackendGate> compile;
   // Every Run of every executable waits here first; null: never held.
   std::shared_ptr<BackendGate> run;
+  // Holds only the Runs of the graph of this name (the others pass freely);
+  // empty: every graph's.
+  std::string run_only_graph;
 };
 
 class GatedBackend : public Backend {
