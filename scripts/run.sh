@@ -20,7 +20,7 @@ while [ $# -gt 0 ]; do
   shift
 done
 
-"$root/scripts/setup.sh"
+"$root/scripts/setup.sh" --packages-only
 "$root/scripts/build.sh"
 
 if [ "$demo" -eq 0 ]; then

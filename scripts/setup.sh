@@ -1,16 +1,41 @@
 #!/usr/bin/env bash
-# Installs the Debian 12 packages convserve needs, only those missing.
+# Installs the Debian 12 packages convserve needs, only those missing, and
+# the Python environment of the tests that use NVIDIA's Triton client
+# (tests/integration/tritonclient_test.py): a venv of Debian's python3 in
+# .venv-tests/ (git-ignored) with pinned packages from PyPI.
+#   scripts/setup.sh                   packages and the test venv
+#   scripts/setup.sh --packages-only   packages only (serving, image builds)
 # Idempotent: a second run installs nothing and prints one line.
 set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+
+test_venv=1
+case "${1:-}" in
+  "") ;;
+  --packages-only) test_venv=0 ;;
+  *) echo "setup.sh: unknown argument '$1' (use --packages-only or nothing)" >&2; exit 2 ;;
+esac
 
 PACKAGES=(
   g++ cmake make pkg-config
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libssl-dev prometheus-cpp-dev libspdlog-dev libfmt-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  python3 python3-grpcio python3-protobuf
+  python3 python3-grpcio python3-protobuf python3-venv
   prometheus curl python3-yaml yamllint docker-compose
 )
+
+# The test venv's packages, every one pinned (tritonclient's dependencies
+# too), so a re-run resolves to the same set.
+VENV="$root/.venv-tests"
+VENV_PACKAGES=(
+  "tritonclient[grpc]==2.73.0"
+  grpcio==1.85.1 protobuf==6.33.6 numpy==2.4.6 ml_dtypes==0.5.4
+  python-rapidjson==1.25 urllib3==2.8.0 packaging==26.3 typing_extensions==4.16.0
+)
+# Written into the venv once its packages are installed: the venv is up to
+# date when this matches the list above.
+VENV_STAMP="$VENV/convserve-packages.txt"
 
 missing=()
 for package in "${PACKAGES[@]}"; do
@@ -19,16 +44,39 @@ for package in "${PACKAGES[@]}"; do
   fi
 done
 
-if [ ${#missing[@]} -eq 0 ]; then
-  echo "setup: all ${#PACKAGES[@]} packages present"
-  exit 0
+if [ ${#missing[@]} -gt 0 ]; then
+  SUDO=""
+  if [ "$(id -u)" -ne 0 ]; then
+    command -v sudo >/dev/null || { echo "setup: need root or sudo to install: ${missing[*]}" >&2; exit 1; }
+    SUDO="sudo"
+  fi
+  echo "setup: installing ${missing[*]}"
+  $SUDO apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
 
-SUDO=""
-if [ "$(id -u)" -ne 0 ]; then
-  command -v sudo >/dev/null || { echo "setup: need root or sudo to install: ${missing[*]}" >&2; exit 1; }
-  SUDO="sudo"
+venv_current() {
+  [ -x "$VENV/bin/python" ] &&
+    [ "$(cat "$VENV_STAMP" 2>/dev/null)" = "$(printf '%s\n' "${VENV_PACKAGES[@]}")" ] &&
+    "$VENV/bin/python" -c "import tritonclient.grpc, tritonclient.utils.shared_memory" 2>/dev/null
+}
+
+venv_note=""
+if [ "$test_venv" -eq 1 ]; then
+  if venv_current; then
+    venv_note=", test venv .venv-tests up to date"
+  else
+    echo "setup: creating the test venv .venv-tests (${VENV_PACKAGES[0]}, from PyPI)"
+    rm -rf "$VENV"
+    # Debian's python3 (python3-venv), not whichever python3 is first on PATH.
+    /usr/bin/python3 -m venv "$VENV"
+    "$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-input \
+      "${VENV_PACKAGES[@]}"
+    printf '%s\n' "${VENV_PACKAGES[@]}" >"$VENV_STAMP"
+    venv_current || { echo "setup: the test venv does not import tritonclient" >&2; exit 1; }
+  fi
 fi
-echo "setup: installing ${missing[*]}"
-$SUDO apt-get update -q
-DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+
+if [ ${#missing[@]} -eq 0 ] && { [ "$test_venv" -eq 0 ] || [ -n "$venv_note" ]; }; then
+  echo "setup: all ${#PACKAGES[@]} packages present${venv_note}"
+fi

@@ -78,10 +78,16 @@ void InferenceCore::Infer(InferCall call) {
   const size_t expected = NumElements(call.input_shape) * element;
   const size_t given = call.input_memory ? call.input_memory->bytes : call.input.size();
   if (given != expected) {
+    // Named as the client wrote it: shared_memory_byte_size when the input
+    // is in a region (the request carries no bytes to count there).
+    const std::string what =
+        call.input_memory && call.input_memory->shared_region
+            ? absl::StrCat("the input's shared memory holds ", given,
+                           " bytes (shared_memory_byte_size)")
+            : absl::StrCat("input data holds ", given, " bytes");
     call.done(absl::InvalidArgumentError(absl::StrCat(
-                  "input data holds ", given, " bytes; shape ",
-                  ShapeToString(call.input_shape), " of ", DTypeName(call.graph->spec().dtype),
-                  " needs ", expected)),
+                  what, "; shape ", ShapeToString(call.input_shape), " of ",
+                  DTypeName(call.graph->spec().dtype), " needs ", expected)),
               {}, {});
     return;
   }

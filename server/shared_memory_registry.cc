@@ -245,6 +245,7 @@ absl::StatusOr<TensorMemory> SharedMemoryRegistry::Resolve(const std::string& na
   memory.bytes = byte_size;
   memory.device = region->cuda ? static_cast<int>(region->device.device) : -1;
   memory.pinned = region->pinned;
+  memory.shared_region = true;
   memory.hold = region;
   return memory;
 }

@@ -41,6 +41,9 @@ struct TensorMemory {
   // kHost: page-locked and registered with CUDA, so copies to and from a GPU
   // read and write it directly (no staging copy).
   bool pinned = false;
+  // A client's shared-memory region (its size is the request's
+  // shared_memory_byte_size), not a buffer the server filled.
+  bool shared_region = false;
   // Keeps the region mapped until the call is done: unregistering it while
   // a request uses it waits for the request.
   std::shared_ptr<const void> hold;

@@ -193,7 +193,10 @@ class Test:
         log.flush()
         try:
             self.server = subprocess.Popen(
-                [self.args.server, "--listen=127.0.0.1:%d" % self.port, "--backend=cpu"],
+                # No /metrics: its default port is shared by every server on
+                # the machine (a concurrent test's would make this one exit).
+                [self.args.server, "--listen=127.0.0.1:%d" % self.port, "--backend=cpu",
+                 "--metrics_listen="],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                 env=self.env, preexec_fn=die_with_parent)
         finally:

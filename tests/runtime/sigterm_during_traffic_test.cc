@@ -48,8 +48,10 @@ TEST(SigtermDuringTrafficTest, AcceptedRequestsFinishAndServerExitsZero) {
     freopen(log_path.c_str(), "w", stdout);  // spdlog writes to stdout
     // A bundle run elsewhere says where the binary is now.
     const char* binary = std::getenv("CONVSERVE_SERVER_BINARY");
+    // No /metrics: the default port (8002) is shared by every server on the
+    // machine, and a concurrent test's server holding it failed this start.
     execl(binary != nullptr ? binary : CONVSERVE_SERVER_BINARY, "convserve-server", listen_flag.c_str(), backend_flag.c_str(),
-          static_cast<char*>(nullptr));
+          "--metrics_listen=", static_cast<char*>(nullptr));
     _exit(127);
   }
   ClientOptions options;

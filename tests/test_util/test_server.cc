@@ -11,18 +11,28 @@ namespace convserve {
 std::unique_ptr<TestServer> TestServer::Start(const InferenceCoreOptions& options,
                                               std::unique_ptr<Backend> backend,
                                               bool serve_metrics) {
+  TestServerOptions server_options;
+  server_options.serve_metrics = serve_metrics;
+  return Start(options, std::move(backend), server_options);
+}
+
+std::unique_ptr<TestServer> TestServer::Start(const InferenceCoreOptions& options,
+                                              std::unique_ptr<Backend> backend,
+                                              const TestServerOptions& server_options) {
   if (backend == nullptr) backend = *CpuBackend::Create({2});
-  return Serve(InferenceCore::Create(options, std::move(backend)), serve_metrics);
+  return Serve(InferenceCore::Create(options, std::move(backend)), server_options);
 }
 
 std::unique_ptr<TestServer> TestServer::Start(const InferenceCoreOptions& options,
                                               std::unique_ptr<RequestRunner> runner,
                                               bool serve_metrics) {
-  return Serve(InferenceCore::Create(options, std::move(runner)), serve_metrics);
+  TestServerOptions server_options;
+  server_options.serve_metrics = serve_metrics;
+  return Serve(InferenceCore::Create(options, std::move(runner)), server_options);
 }
 
 std::unique_ptr<TestServer> TestServer::Serve(
-    absl::StatusOr<std::unique_ptr<InferenceCore>> core, bool serve_metrics) {
+    absl::StatusOr<std::unique_ptr<InferenceCore>> core, const TestServerOptions& options) {
   auto test_server = std::make_unique<TestServer>();
   if (!core.ok()) {
     std::fprintf(stderr, "TestServer: %s\n", core.status().ToString().c_str());
@@ -31,7 +41,8 @@ std::unique_ptr<TestServer> TestServer::Serve(
   test_server->core_ = *std::move(core);
   GrpcServerOptions server_options;
   server_options.listen_address = "127.0.0.1:0";
-  server_options.metrics.listen_address = serve_metrics ? "127.0.0.1:0" : "";
+  server_options.metrics.listen_address = options.serve_metrics ? "127.0.0.1:0" : "";
+  server_options.shared_memory = options.shared_memory;
   absl::StatusOr<std::unique_ptr<GrpcServer>> server =
       GrpcServer::Start(server_options, test_server->core_.get());
   if (!server.ok()) {

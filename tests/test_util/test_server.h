@@ -9,16 +9,25 @@
 #include "engine/runtime/request_runner.h"
 #include "server/grpc_server.h"
 #include "server/inference_core.h"
+#include "server/shared_memory_registry.h"
 
 namespace convserve {
+
+// How the gRPC server around the core is set up.
+struct TestServerOptions {
+  // Serve /metrics on another free loopback port (server()->metrics().port());
+  // off by default because stopping its HTTP server takes about 2 s.
+  bool serve_metrics = false;
+  // Bounds of the KServe shared-memory regions (the server flags'
+  // defaults unless a test makes them small).
+  SharedMemoryLimits shared_memory;
+};
 
 class TestServer {
  public:
   // Starts on 127.0.0.1 with a free port. `backend` defaults to the CPU
-  // backend with 2 threads. With `serve_metrics`, /metrics is served on
-  // another free loopback port (server()->metrics().port()); it is off by
-  // default because stopping its HTTP server takes about 2 s. Aborts the
-  // test binary if the server cannot start.
+  // backend with 2 threads; `serve_metrics` as in TestServerOptions. Aborts
+  // the test binary if the server cannot start.
   static std::unique_ptr<TestServer> Start(const InferenceCoreOptions& options = {},
                                            std::unique_ptr<Backend> backend = nullptr,
                                            bool serve_metrics = false);
@@ -26,6 +35,10 @@ class TestServer {
   static std::unique_ptr<TestServer> Start(const InferenceCoreOptions& options,
                                            std::unique_ptr<RequestRunner> runner,
                                            bool serve_metrics = false);
+  // With every server option; `backend` may be null (the default above).
+  static std::unique_ptr<TestServer> Start(const InferenceCoreOptions& options,
+                                           std::unique_ptr<Backend> backend,
+                                           const TestServerOptions& server_options);
 
   // "127.0.0.1:PORT".
   std::string address() const;
@@ -34,7 +47,7 @@ class TestServer {
 
  private:
   static std::unique_ptr<TestServer> Serve(absl::StatusOr<std::unique_ptr<InferenceCore>> core,
-                                           bool serve_metrics);
+                                           const TestServerOptions& server_options);
 
   std::unique_ptr<InferenceCore> core_;
   std::unique_ptr<GrpcServer> server_;
