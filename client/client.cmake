@@ -4,11 +4,13 @@ add_library(convserve_client STATIC
   client/convserve_client.cc
   client/graph_file.cc
   client/infer_request_sender.cc
+  client/model_infer_stream.cc
   client/server_pool.cc
   client/tensor_summary.cc)
 target_include_directories(convserve_client PUBLIC ${CMAKE_CURRENT_SOURCE_DIR})
 target_link_libraries(convserve_client PUBLIC
-  convserve_proto convserve_tensor gRPC::grpc++ absl::status absl::statusor absl::strings)
+  convserve_proto convserve_tensor gRPC::grpc++ absl::status absl::statusor absl::strings
+  absl::synchronization absl::time)
 
 # The load generator as a library, so tests drive it in-process. It links the
 # engine's CPU backend and the wire translation (not the server's services)

@@ -18,7 +18,8 @@ add_executable(load_test
   load/load_options_test.cc
   load/load_spread_test.cc
   load/load_stall_test.cc
-  load/load_verify_test.cc)
+  load/load_verify_test.cc
+  load/model_infer_stream_test.cc)
 target_link_libraries(load_test PRIVATE convserve_load_test_support GTest::gtest_main)
 # The binary tests run convserve-load itself.
 add_dependencies(load_test convserve-load)
@@ -29,7 +30,8 @@ foreach(suite_and_filter
     "load_binary_test|LoadGeneratorBinaryTest.*:LoadVerifyBinaryTest.*|integration"
     "load_stall_test|LoadStallTest.*|integration"
     "load_verify_test|Bounds/LoadVerifyTest.*|integration"
-    "load_spread_test|LoadSpreadTest.*|integration")
+    "load_spread_test|LoadSpreadTest.*|integration"
+    "model_infer_stream_test|ModelInferStreamTest.*|integration")
   string(REPLACE "|" ";" parts "${suite_and_filter}")
   list(GET parts 0 name)
   list(GET parts 1 filter)
