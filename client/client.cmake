@@ -16,6 +16,7 @@ target_link_libraries(convserve_client PUBLIC
 # engine's CPU backend and the wire translation (not the server's services)
 # for --verify's reference outputs.
 add_library(convserve_load_lib STATIC
+  client/kserve_request_sender.cc
   client/load_generator.cc
   client/load_level.cc
   client/load_options.cc

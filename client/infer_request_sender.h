@@ -1,11 +1,14 @@
-// The one inference request a client run repeats, prebuilt for either wire
-// protocol, and the calls that send it (blocking, or on gRPC's callback API
-// for the load generator). Thread-safe: the messages are read-only once built.
+// The one inference request a client run repeats and the calls that send it
+// (blocking, or on gRPC's callback API for the load generator). One
+// interface, InferRequestSender, with the transports behind it: convserve.v1
+// Infer (here) and KServe ModelInfer, unary or streamed
+// (kserve_request_sender.h).
 #ifndef CONVSERVE_CLIENT_INFER_REQUEST_SENDER_H_
 #define CONVSERVE_CLIENT_INFER_REQUEST_SENDER_H_
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -48,26 +51,29 @@ struct InferOutput {
 // KServe expects.
 std::vector<int64_t> PhysicalDims(const std::vector<int64_t>& logical, v1::Layout layout);
 
+// Sends the run's request. Thread-safe.
 class InferRequestSender {
  public:
-  InferRequestSender(Protocol protocol, const InferInput& input);
+  virtual ~InferRequestSender() = default;
 
-  // Blocking call with the client's deadline.
-  absl::StatusOr<InferOutput> Send(ConvServeClient& client) const;
-
-  // Non-blocking: `done` runs once on a gRPC thread with the call's status
-  // and, when it is OK, the output (otherwise nullptr). The deadline is the
-  // client's timeout from now.
+  // Non-blocking: `done` runs once, on a gRPC thread or (when the request
+  // fails before it is sent) on the caller's, with the call's status and,
+  // when it is OK, the output (otherwise nullptr), which `done` may move
+  // away. The deadline is the client's timeout from now.
   using Done = std::function<void(const absl::Status& status, InferOutput* output)>;
-  void SendAsync(ConvServeClient& client, Done done) const;
+  virtual void SendAsync(ConvServeClient& client, Done done) = 0;
 
-  Protocol protocol() const { return protocol_; }
+  // Blocking SendAsync.
+  absl::StatusOr<InferOutput> Send(ConvServeClient& client);
 
- private:
-  const Protocol protocol_;
-  v1::InferRequest convserve_request_;
-  inference::ModelInferRequest kserve_request_;
+  virtual Protocol protocol() const = 0;
+  // How requests and tensors travel, for reports: e.g. "unary ModelInfer,
+  // tensors in the messages".
+  virtual std::string transport() const = 0;
 };
+
+// convserve.v1 Infer: unary calls, tensors in the messages.
+std::unique_ptr<InferRequestSender> ConvServeRequestSender(const InferInput& input);
 
 }  // namespace convserve
 

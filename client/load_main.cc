@@ -37,8 +37,11 @@ ABSL_FLAG(uint64_t, input_seed, 7, "seed of the random input tensor");
 ABSL_FLAG(std::string, input_file, "", "raw input bytes instead of a random tensor");
 ABSL_FLAG(std::string, save_input, "", "write the input bytes sent to this file");
 ABSL_FLAG(std::string, save_output, "", "write the first response's output bytes to this file");
-ABSL_FLAG(std::string, protocol, "convserve",
-          "convserve (convserve.v1.Infer) or kserve (ModelInfer)");
+ABSL_FLAG(std::string, protocol, "",
+          "convserve (convserve.v1.Infer) or kserve (ModelInfer); default convserve, or kserve "
+          "with --streaming");
+ABSL_FLAG(bool, streaming, false,
+          "KServe only: send over one ModelStreamInfer stream per server instead of unary calls");
 ABSL_FLAG(int, requests, 1, "without a load mode: requests to send, one after another");
 ABSL_FLAG(bool, unload, false, "unload the graph at the end");
 ABSL_FLAG(double, wait_for_server, 0,
@@ -95,7 +98,12 @@ absl::StatusOr<LoadSessionOptions> SessionOptionsFromFlags() {
   options.batch = absl::GetFlag(FLAGS_batch);
   options.input_seed = absl::GetFlag(FLAGS_input_seed);
   options.input_file = absl::GetFlag(FLAGS_input_file);
-  absl::StatusOr<Protocol> protocol = ParseProtocol(absl::GetFlag(FLAGS_protocol));
+  options.streaming = absl::GetFlag(FLAGS_streaming);
+  // A KServe feature: it chooses KServe unless --protocol says otherwise
+  // (LoadSession refuses convserve with it).
+  std::string protocol_name = absl::GetFlag(FLAGS_protocol);
+  if (protocol_name.empty()) protocol_name = options.streaming ? "kserve" : "convserve";
+  absl::StatusOr<Protocol> protocol = ParseProtocol(protocol_name);
   if (!protocol.ok()) return protocol.status();
   options.protocol = *protocol;
   options.timeout = absl::GetFlag(FLAGS_timeout);
@@ -154,7 +162,9 @@ int Probe(LoadSession& session, bool load_mode, double* latency_ms) {
   *latency_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   if (!output.ok()) {
-    const char* call = session.protocol() == Protocol::kKServe ? "ModelInfer" : "Infer";
+    const char* call = session.protocol() == Protocol::kConvServe ? "Infer"
+                       : session.streaming()                       ? "ModelStreamInfer"
+                                                                   : "ModelInfer";
     if (!load_mode) return Fail(call, output.status());
     std::fprintf(stderr, "convserve-load: the first %s failed: %s\n", call,
                  output.status().ToString().c_str());
@@ -217,6 +227,7 @@ int Run() {
   std::printf("input  [%s] %s %s, %zu bytes\n", absl::StrJoin(input.shape, ", ").c_str(),
               v1::DataType_Name(input.definition.data_type()).c_str(),
               v1::Layout_Name(input.definition.layout()).c_str(), input.bytes.size());
+  Print("transport: " + session.transport());
 
   double first_ms = 0;
   if (int failed = Probe(session, load_mode, &first_ms); failed != 0) return failed;

@@ -78,6 +78,10 @@ struct LevelResult {
 struct RunResult {
   // Echo of the setup, for the report.
   std::string protocol;
+  // How requests and tensors travel (InferRequestSender::transport), and
+  // whether they are streamed.
+  std::string transport;
+  bool streaming = false;
   std::vector<std::string> servers;
   std::string graph;
   std::string data_type;

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "client/graph_file.h"
+#include "client/kserve_request_sender.h"
 
 namespace convserve {
 namespace {
@@ -102,6 +103,10 @@ absl::StatusOr<std::unique_ptr<LoadSession>> LoadSession::Create(
     return absl::InvalidArgumentError(
         "--verify needs --graph_file: the server does not return a graph's weights");
   }
+  if (options.protocol != Protocol::kKServe && options.streaming) {
+    return absl::InvalidArgumentError(
+        "--streaming needs --protocol=kserve: it uses KServe's ModelStreamInfer");
+  }
   ClientOptions client_options;
   client_options.timeout = absl::ToChronoMilliseconds(options.timeout);
   absl::StatusOr<std::unique_ptr<ServerPool>> pool =
@@ -161,20 +166,38 @@ absl::StatusOr<std::unique_ptr<LoadSession>> LoadSession::Create(
     if (!created.ok()) return Annotate("computing the reference output", created.status());
     verifier = *std::move(created);
   }
-  return std::unique_ptr<LoadSession>(new LoadSession(*std::move(pool), std::move(own_servers),
-                                                      std::move(servers), std::move(input),
-                                                      options.protocol, std::move(verifier)));
+
+  std::unique_ptr<InferRequestSender> sender;
+  if (options.protocol == Protocol::kConvServe) {
+    sender = ConvServeRequestSender(input);
+  } else {
+    KServeSenderOptions kserve;
+    kserve.streaming = options.streaming;
+    kserve.timeout = client_options.timeout;
+    std::vector<ConvServeClient*> callers;
+    for (const auto& client : (*pool)->clients()) callers.push_back(client.get());
+    absl::StatusOr<std::unique_ptr<KServeRequestSender>> created =
+        KServeRequestSender::Create(kserve, input, callers);
+    if (!created.ok()) return Annotate("setting up the requests", created.status());
+    sender = *std::move(created);
+  }
+  auto session = std::unique_ptr<LoadSession>(
+      new LoadSession(*std::move(pool), std::move(own_servers), std::move(servers),
+                      std::move(input), std::move(verifier), options));
+  session->sender_ = std::move(sender);
+  return session;
 }
 
 LoadSession::LoadSession(std::unique_ptr<ServerPool> pool,
                          std::vector<std::unique_ptr<ConvServeClient>> own_servers,
-                         std::vector<ConvServeClient*> servers, InferInput input, Protocol protocol,
-                         std::unique_ptr<OutputVerifier> verifier)
+                         std::vector<ConvServeClient*> servers, InferInput input,
+                         std::unique_ptr<OutputVerifier> verifier,
+                         const LoadSessionOptions& options)
     : pool_(std::move(pool)),
       own_servers_(std::move(own_servers)),
       servers_(std::move(servers)),
       input_(std::move(input)),
-      sender_(protocol, input_),
+      streaming_(options.streaming),
       verifier_(std::move(verifier)) {}
 
 void LoadSession::Count(const absl::Status& status, const InferOutput* output) {
@@ -192,18 +215,19 @@ void LoadSession::Count(const absl::Status& status, const InferOutput* output) {
 }
 
 absl::StatusOr<InferOutput> LoadSession::Send() {
-  absl::StatusOr<InferOutput> output = sender_.Send(pool_->Next());
+  absl::StatusOr<InferOutput> output = sender_->Send(pool_->Next());
   Count(output.status(), output.ok() ? &*output : nullptr);
   return output;
 }
 
 void LoadSession::SendAsync(InferRequestSender::Done done) {
-  sender_.SendAsync(pool_->Next(),
-                    [this, done = std::move(done)](const absl::Status& status, InferOutput* out) {
-                      Count(status, out);
-                      done(status, out);
-                    });
+  sender_->SendAsync(pool_->Next(),
+                     [this, done = std::move(done)](const absl::Status& status, InferOutput* out) {
+                       Count(status, out);
+                       done(status, out);
+                     });
 }
+
 
 absl::Status LoadSession::Unload() {
   for (ConvServeClient* client : servers_) {

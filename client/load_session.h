@@ -42,6 +42,8 @@ struct LoadSessionOptions {
   std::string input_file;
   // Wire protocol of the inference calls.
   Protocol protocol = Protocol::kConvServe;
+  // KServe only: one ModelStreamInfer stream per server instead of unary calls.
+  bool streaming = false;
   // Deadline of each call.
   absl::Duration timeout = absl::Seconds(30);
   // Wait this long for every server's ServerLive first (0: no wait).
@@ -84,14 +86,17 @@ class LoadSession {
   // statistics: the pool's clients, or for a balanced target one channel per
   // address it resolved to. Owned by the pool or the session.
   const std::vector<ConvServeClient*>& servers() const { return servers_; }
-  Protocol protocol() const { return sender_.protocol(); }
+  Protocol protocol() const { return sender_->protocol(); }
+  // How requests and tensors travel (InferRequestSender::transport).
+  std::string transport() const { return sender_->transport(); }
+  bool streaming() const { return streaming_; }
   RequestTotals totals() const;
 
  private:
   LoadSession(std::unique_ptr<ServerPool> pool,
               std::vector<std::unique_ptr<ConvServeClient>> own_servers,
-              std::vector<ConvServeClient*> servers, InferInput input, Protocol protocol,
-              std::unique_ptr<OutputVerifier> verifier);
+              std::vector<ConvServeClient*> servers, InferInput input,
+              std::unique_ptr<OutputVerifier> verifier, const LoadSessionOptions& options);
 
   void Count(const absl::Status& status, const InferOutput* output);
 
@@ -100,11 +105,14 @@ class LoadSession {
   const std::vector<std::unique_ptr<ConvServeClient>> own_servers_;
   const std::vector<ConvServeClient*> servers_;
   const InferInput input_;
-  const InferRequestSender sender_;
+  const bool streaming_;
   const std::unique_ptr<OutputVerifier> verifier_;
   std::atomic<int64_t> output_bytes_{0};
   mutable absl::Mutex mu_;
   RequestTotals totals_ ABSL_GUARDED_BY(mu_);
+  // Declared last, so it goes first: requests it still completes while its
+  // streams close are counted.
+  std::unique_ptr<InferRequestSender> sender_;
 };
 
 // "1,3,224,224" -> dims; INVALID_ARGUMENT names the flag.
