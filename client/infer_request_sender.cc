@@ -28,6 +28,7 @@ struct InferCall {
     InferOutput output;
     output.shape.assign(response.output().shape().begin(), response.output().shape().end());
     output.bytes = std::move(*response.mutable_output()->mutable_data());
+    output.byte_size = static_cast<int64_t>(output.bytes.size());
     done(absl::OkStatus(), &output);
   }
 };
@@ -75,6 +76,11 @@ std::vector<int64_t> PhysicalDims(const std::vector<int64_t>& logical, v1::Layou
   physical.insert(physical.end(), logical.begin() + 2, logical.end());
   physical.push_back(logical[1]);
   return physical;
+}
+
+absl::Status InferOutput::FetchBytes() {
+  if (slot == nullptr || static_cast<int64_t>(bytes.size()) == byte_size) return absl::OkStatus();
+  return slot->Read(byte_size, &bytes);
 }
 
 absl::StatusOr<InferOutput> InferRequestSender::Send(ConvServeClient& client) {

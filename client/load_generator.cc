@@ -45,6 +45,7 @@ absl::StatusOr<RunResult> RunLoad(LoadSession& session, const LoadOptions& optio
   const InferInput& input = session.input();
   result.protocol = ProtocolName(session.protocol());
   result.transport = session.transport();
+  result.shared_memory = SharedMemoryKindName(session.shared_memory());
   result.streaming = session.streaming();
   result.servers = session.pool().targets();
   result.graph = input.graph;

@@ -1,5 +1,6 @@
 // convserve-load --streaming against a real server on loopback: the same
-// outputs as unary ModelInfer, and per-request errors counted by code. Until the server
+// outputs as unary ModelInfer, with tensors in the messages and in system
+// shared memory, and per-request errors counted by code. Until the server
 // serves ModelStreamInfer (it answers UNIMPLEMENTED) every test here skips
 // with that reason, and runs as soon as it does.
 #include <memory>
@@ -23,10 +24,12 @@ constexpr char kNoStreaming[] =
     "the server answers ModelStreamInfer UNIMPLEMENTED (server-side streaming has not landed "
     "yet); this test runs once it does";
 
-LoadSessionOptions StreamingSession(const InstrumentedServer& server) {
+LoadSessionOptions StreamingSession(const InstrumentedServer& server, SharedMemoryKind kind) {
   LoadSessionOptions options = ResnetSession(server.address());
   options.protocol = Protocol::kKServe;
   options.streaming = true;
+  options.shared_memory = kind;
+  options.shared_memory_slots = 4;
   options.verify = true;
   return options;
 }
@@ -49,17 +52,23 @@ std::string UnaryOutput(const InstrumentedServer& server) {
   return output.ok() ? output->bytes : "";
 }
 
-TEST(LoadStreamingTest, SameOutputsAsUnaryCalls) {
+class LoadStreamingTest : public ::testing::TestWithParam<SharedMemoryKind> {};
+
+TEST_P(LoadStreamingTest, SameOutputsAsUnaryCalls) {
   InstrumentedServer server;
   const std::string unary = UnaryOutput(server);
   ASSERT_EQ(unary.size(), 32u * 8 * 8 * 4);
-  std::unique_ptr<LoadSession> session = CreateSession(StreamingSession(server));
+  std::unique_ptr<LoadSession> session = CreateSession(StreamingSession(server, GetParam()));
   ASSERT_NE(session, nullptr);
   EXPECT_THAT(session->transport(), HasSubstr("ModelStreamInfer streams (one per server)"));
-  absl::StatusOr<InferOutput> first = session->Send();
-  if (first.status().code() == absl::StatusCode::kUnimplemented) GTEST_SKIP() << kNoStreaming;
-  ASSERT_TRUE(first.ok()) << first.status();
-  EXPECT_TRUE(first->bytes == unary) << "streamed output differs from the unary one";
+  {
+    // Scoped: the output holds its shared-memory slot while it lives.
+    absl::StatusOr<InferOutput> first = session->Send();
+    if (first.status().code() == absl::StatusCode::kUnimplemented) GTEST_SKIP() << kNoStreaming;
+    ASSERT_TRUE(first.ok()) << first.status();
+    ASSERT_TRUE(first->FetchBytes().ok());
+    EXPECT_TRUE(first->bytes == unary) << "streamed output differs from the unary one";
+  }
 
   LoadOptions options = ClosedLoopByCount({1, 4}, 25, 1);
   options.verify_every = 1;
@@ -73,12 +82,19 @@ TEST(LoadStreamingTest, SameOutputsAsUnaryCalls) {
   EXPECT_EQ(result->verify->mismatches, 0) << result->verify->first_problem;
 }
 
+INSTANTIATE_TEST_SUITE_P(Tensors, LoadStreamingTest,
+                         ::testing::Values(SharedMemoryKind::kNone, SharedMemoryKind::kSystem),
+                         [](const ::testing::TestParamInfo<SharedMemoryKind>& info) {
+                           return info.param == SharedMemoryKind::kNone ? "InMessages"
+                                                                        : "InSystemSharedMemory";
+                         });
+
 TEST(LoadStreamingErrorsTest, FailedRequestsAreCountedByCodeAndTheStreamGoesOn) {
   InstrumentedBackendOptions failing;
   failing.fail_every = 4;
   InstrumentedServer server(failing);
   std::unique_ptr<LoadSession> session =
-      CreateSession(StreamingSession(server));
+      CreateSession(StreamingSession(server, SharedMemoryKind::kNone));
   ASSERT_NE(session, nullptr);
   absl::StatusOr<InferOutput> first = session->Send();
   if (first.status().code() == absl::StatusCode::kUnimplemented) GTEST_SKIP() << kNoStreaming;

@@ -16,6 +16,7 @@ add_executable(load_test
   load/load_breakdown_test.cc
   load/load_generator_test.cc
   load/load_options_test.cc
+  load/load_shared_memory_test.cc
   load/load_spread_test.cc
   load/load_stall_test.cc
   load/load_streaming_test.cc
@@ -32,7 +33,8 @@ foreach(suite_and_filter
     "load_stall_test|LoadStallTest.*|integration"
     "load_verify_test|Bounds/LoadVerifyTest.*|integration"
     "load_spread_test|LoadSpreadTest.*|integration"
-    "load_streaming_test|LoadStreamingTest.*:LoadStreamingErrorsTest.*:LoadStreamingBinaryTest.*|integration"
+    "load_shared_memory_test|LoadSharedMemoryTest.*:LoadSharedMemoryBinaryTest.*|integration"
+    "load_streaming_test|Tensors/LoadStreamingTest.*:LoadStreamingErrorsTest.*:LoadStreamingBinaryTest.*|integration"
     "model_infer_stream_test|ModelInferStreamTest.*|integration")
   string(REPLACE "|" ";" parts "${suite_and_filter}")
   list(GET parts 0 name)
