@@ -122,6 +122,64 @@ absl::StatusOr<inference::ModelInferResponse> ConvServeClient::ModelInfer(
   return response;
 }
 
+absl::Status ConvServeClient::SystemSharedMemoryRegister(const std::string& name,
+                                                         const std::string& key, uint64_t offset,
+                                                         uint64_t byte_size) {
+  grpc::ClientContext context;
+  Prepare(&context);
+  inference::SystemSharedMemoryRegisterRequest request;
+  request.set_name(name);
+  request.set_key(key);
+  request.set_offset(offset);
+  request.set_byte_size(byte_size);
+  inference::SystemSharedMemoryRegisterResponse response;
+  return FromGrpcStatus(kserve_->SystemSharedMemoryRegister(&context, request, &response));
+}
+
+absl::Status ConvServeClient::SystemSharedMemoryUnregister(const std::string& name) {
+  grpc::ClientContext context;
+  Prepare(&context);
+  inference::SystemSharedMemoryUnregisterRequest request;
+  request.set_name(name);
+  inference::SystemSharedMemoryUnregisterResponse response;
+  return FromGrpcStatus(kserve_->SystemSharedMemoryUnregister(&context, request, &response));
+}
+
+absl::StatusOr<inference::SystemSharedMemoryStatusResponse>
+ConvServeClient::SystemSharedMemoryStatus(const std::string& name) {
+  grpc::ClientContext context;
+  Prepare(&context);
+  inference::SystemSharedMemoryStatusRequest request;
+  request.set_name(name);
+  inference::SystemSharedMemoryStatusResponse response;
+  grpc::Status status = kserve_->SystemSharedMemoryStatus(&context, request, &response);
+  if (!status.ok()) return FromGrpcStatus(status);
+  return response;
+}
+
+absl::Status ConvServeClient::CudaSharedMemoryRegister(const std::string& name,
+                                                       const std::string& raw_handle,
+                                                       int64_t device_id, uint64_t byte_size) {
+  grpc::ClientContext context;
+  Prepare(&context);
+  inference::CudaSharedMemoryRegisterRequest request;
+  request.set_name(name);
+  request.set_raw_handle(raw_handle);
+  request.set_device_id(device_id);
+  request.set_byte_size(byte_size);
+  inference::CudaSharedMemoryRegisterResponse response;
+  return FromGrpcStatus(kserve_->CudaSharedMemoryRegister(&context, request, &response));
+}
+
+absl::Status ConvServeClient::CudaSharedMemoryUnregister(const std::string& name) {
+  grpc::ClientContext context;
+  Prepare(&context);
+  inference::CudaSharedMemoryUnregisterRequest request;
+  request.set_name(name);
+  inference::CudaSharedMemoryUnregisterResponse response;
+  return FromGrpcStatus(kserve_->CudaSharedMemoryUnregister(&context, request, &response));
+}
+
 void ConvServeClient::InferAsync(grpc::ClientContext* context, const v1::InferRequest* request,
                                  v1::InferResponse* response,
                                  std::function<void(grpc::Status)> done) {
@@ -133,6 +191,13 @@ void ConvServeClient::ModelInferAsync(grpc::ClientContext* context,
                                       inference::ModelInferResponse* response,
                                       std::function<void(grpc::Status)> done) {
   kserve_->async()->ModelInfer(context, request, response, std::move(done));
+}
+
+void ConvServeClient::ModelStreamInfer(
+    grpc::ClientContext* context,
+    grpc::ClientBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse>*
+        reactor) {
+  kserve_->async()->ModelStreamInfer(context, reactor);
 }
 
 }  // namespace convserve

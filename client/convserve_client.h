@@ -7,6 +7,7 @@
 #include <grpcpp/channel.h>
 
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -47,6 +48,18 @@ class ConvServeClient {
   absl::StatusOr<inference::ModelInferResponse> ModelInfer(
       const inference::ModelInferRequest& request);
 
+  // Triton's shared-memory extension: regions the server maps (system: a
+  // POSIX shared memory object; CUDA: an IPC handle of device memory).
+  absl::Status SystemSharedMemoryRegister(const std::string& name, const std::string& key,
+                                          uint64_t offset, uint64_t byte_size);
+  // `name` empty: every system region.
+  absl::Status SystemSharedMemoryUnregister(const std::string& name);
+  absl::StatusOr<inference::SystemSharedMemoryStatusResponse> SystemSharedMemoryStatus(
+      const std::string& name);
+  absl::Status CudaSharedMemoryRegister(const std::string& name, const std::string& raw_handle,
+                                        int64_t device_id, uint64_t byte_size);
+  absl::Status CudaSharedMemoryUnregister(const std::string& name);
+
   // Non-blocking Infer / ModelInfer on gRPC's callback API: `done` runs once,
   // on a gRPC thread, when the call ends. `context` (with its deadline
   // already set by the caller), `request` and `response` must stay alive
@@ -56,6 +69,11 @@ class ConvServeClient {
   void ModelInferAsync(grpc::ClientContext* context, const inference::ModelInferRequest* request,
                        inference::ModelInferResponse* response,
                        std::function<void(grpc::Status)> done);
+  // Starts a ModelStreamInfer call driven by `reactor` (which then calls
+  // StartCall); `context` carries no deadline unless the caller set one.
+  void ModelStreamInfer(grpc::ClientContext* context,
+                        grpc::ClientBidiReactor<inference::ModelInferRequest,
+                                                inference::ModelStreamInferResponse>* reactor);
 
   const ClientOptions& options() const { return options_; }
 

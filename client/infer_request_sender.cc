@@ -6,54 +6,55 @@
 #include <memory>
 #include <utility>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 
 namespace convserve {
 namespace {
 
-std::string KServeType(v1::DataType type) {
-  return type == v1::FLOAT16 ? "FP16" : type == v1::BFLOAT16 ? "BF16" : "FP32";
-}
-
-absl::StatusOr<InferOutput> TakeOutput(v1::InferResponse* response) {
-  InferOutput output;
-  output.shape.assign(response->output().shape().begin(), response->output().shape().end());
-  output.bytes = std::move(*response->mutable_output()->mutable_data());
-  return output;
-}
-
-absl::StatusOr<InferOutput> TakeOutput(inference::ModelInferResponse* response) {
-  if (response->outputs_size() != 1 || response->raw_output_contents_size() != 1) {
-    return absl::InternalError(absl::StrCat("ModelInfer response has ", response->outputs_size(),
-                                            " outputs and ", response->raw_output_contents_size(),
-                                            " raw_output_contents; expected one of each"));
-  }
-  InferOutput output;
-  output.shape.assign(response->outputs(0).shape().begin(), response->outputs(0).shape().end());
-  output.bytes = std::move(*response->mutable_raw_output_contents(0));
-  return output;
-}
-
-// State of one asynchronous call; deletes itself when the call ends.
-template <typename Response>
-struct AsyncCall {
+// State of one asynchronous Infer call; deletes itself when the call ends.
+struct InferCall {
   grpc::ClientContext context;
-  Response response;
+  v1::InferResponse response;
   InferRequestSender::Done done;
 
   void Finish(const grpc::Status& status) {
-    std::unique_ptr<AsyncCall> self(this);
+    std::unique_ptr<InferCall> self(this);
     if (!status.ok()) {
       done(FromGrpcStatus(status), nullptr);
       return;
     }
-    absl::StatusOr<InferOutput> output = TakeOutput(&response);
-    if (!output.ok()) {
-      done(output.status(), nullptr);
-      return;
-    }
-    done(absl::OkStatus(), &*output);
+    InferOutput output;
+    output.shape.assign(response.output().shape().begin(), response.output().shape().end());
+    output.bytes = std::move(*response.mutable_output()->mutable_data());
+    output.byte_size = static_cast<int64_t>(output.bytes.size());
+    done(absl::OkStatus(), &output);
   }
+};
+
+class ConvServeSender final : public InferRequestSender {
+ public:
+  explicit ConvServeSender(const InferInput& input) {
+    request_.set_graph(input.graph);
+    for (int64_t d : input.shape) request_.mutable_input()->add_shape(d);
+    request_.mutable_input()->set_data(input.bytes);
+  }
+
+  void SendAsync(ConvServeClient& client, Done done) override {
+    auto* call = new InferCall;
+    call->done = std::move(done);
+    call->context.set_deadline(std::chrono::system_clock::now() + client.options().timeout);
+    client.InferAsync(&call->context, &request_, &call->response,
+                      [call](grpc::Status status) { call->Finish(status); });
+  }
+
+  Protocol protocol() const override { return Protocol::kConvServe; }
+  std::string transport() const override { return "unary Infer, tensors in the messages"; }
+
+ private:
+  // Read-only once built: every call sends it.
+  v1::InferRequest request_;
 };
 
 }  // namespace
@@ -77,48 +78,34 @@ std::vector<int64_t> PhysicalDims(const std::vector<int64_t>& logical, v1::Layou
   return physical;
 }
 
-InferRequestSender::InferRequestSender(Protocol protocol, const InferInput& input)
-    : protocol_(protocol) {
-  if (protocol == Protocol::kConvServe) {
-    convserve_request_.set_graph(input.graph);
-    for (int64_t d : input.shape) convserve_request_.mutable_input()->add_shape(d);
-    convserve_request_.mutable_input()->set_data(input.bytes);
-    return;
-  }
-  kserve_request_.set_model_name(input.definition.name());
-  auto* tensor = kserve_request_.add_inputs();
-  tensor->set_name("input");
-  tensor->set_datatype(KServeType(input.definition.data_type()));
-  for (int64_t d : PhysicalDims(input.shape, input.definition.layout())) tensor->add_shape(d);
-  kserve_request_.add_raw_input_contents(input.bytes);
+absl::Status InferOutput::FetchBytes() {
+  if (slot == nullptr || static_cast<int64_t>(bytes.size()) == byte_size) return absl::OkStatus();
+  return slot->Read(byte_size, &bytes);
 }
 
-absl::StatusOr<InferOutput> InferRequestSender::Send(ConvServeClient& client) const {
-  if (protocol_ == Protocol::kConvServe) {
-    absl::StatusOr<v1::InferResponse> response = client.Infer(convserve_request_);
-    if (!response.ok()) return response.status();
-    return TakeOutput(&*response);
-  }
-  absl::StatusOr<inference::ModelInferResponse> response = client.ModelInfer(kserve_request_);
-  if (!response.ok()) return response.status();
-  return TakeOutput(&*response);
+absl::StatusOr<InferOutput> InferRequestSender::Send(ConvServeClient& client) {
+  struct Result {
+    absl::Mutex mu;
+    bool done ABSL_GUARDED_BY(mu) = false;
+    absl::StatusOr<InferOutput> output ABSL_GUARDED_BY(mu);
+  };
+  auto result = std::make_shared<Result>();
+  SendAsync(client, [result](const absl::Status& status, InferOutput* output) {
+    absl::MutexLock lock(&result->mu);
+    if (status.ok()) {
+      result->output = std::move(*output);
+    } else {
+      result->output = status;
+    }
+    result->done = true;
+  });
+  absl::MutexLock lock(&result->mu);
+  result->mu.Await(absl::Condition(&result->done));
+  return std::move(result->output);
 }
 
-void InferRequestSender::SendAsync(ConvServeClient& client, Done done) const {
-  const auto deadline = std::chrono::system_clock::now() + client.options().timeout;
-  if (protocol_ == Protocol::kConvServe) {
-    auto* call = new AsyncCall<v1::InferResponse>;
-    call->done = std::move(done);
-    call->context.set_deadline(deadline);
-    client.InferAsync(&call->context, &convserve_request_, &call->response,
-                      [call](grpc::Status status) { call->Finish(status); });
-    return;
-  }
-  auto* call = new AsyncCall<inference::ModelInferResponse>;
-  call->done = std::move(done);
-  call->context.set_deadline(deadline);
-  client.ModelInferAsync(&call->context, &kserve_request_, &call->response,
-                         [call](grpc::Status status) { call->Finish(status); });
+std::unique_ptr<InferRequestSender> ConvServeRequestSender(const InferInput& input) {
+  return std::make_unique<ConvServeSender>(input);
 }
 
 }  // namespace convserve

@@ -1,11 +1,14 @@
-// The one inference request a client run repeats, prebuilt for either wire
-// protocol, and the calls that send it (blocking, or on gRPC's callback API
-// for the load generator). Thread-safe: the messages are read-only once built.
+// The one inference request a client run repeats and the calls that send it
+// (blocking, or on gRPC's callback API for the load generator). One
+// interface, InferRequestSender, with the transports behind it: convserve.v1
+// Infer (here) and KServe ModelInfer with tensors in the messages or in
+// shared memory, unary or streamed (kserve_request_sender.h).
 #ifndef CONVSERVE_CLIENT_INFER_REQUEST_SENDER_H_
 #define CONVSERVE_CLIENT_INFER_REQUEST_SENDER_H_
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -37,37 +40,63 @@ struct InferInput {
   std::string bytes;
 };
 
-// One response's tensor.
+// Where a response's tensor waits when it did not come in the response: a
+// slot of a shared-memory region, which no other request uses while this
+// object lives (destroying it frees the slot).
+class OutputSlot {
+ public:
+  virtual ~OutputSlot() = default;
+  // Copies the slot's first `bytes` bytes into `out`.
+  virtual absl::Status Read(int64_t bytes, std::string* out) const = 0;
+};
+
+// One response's tensor. Message transports deliver its bytes with the
+// response; shared-memory transports leave them in the output's slot, so a
+// response costs no copy unless someone asks for the bytes (FetchBytes).
 struct InferOutput {
   // Logical dims for convserve.v1, byte-order dims for KServe (as sent).
   std::vector<int64_t> shape;
+  // Size of the tensor.
+  int64_t byte_size = 0;
+  // The tensor: set on arrival (messages) or by FetchBytes (shared memory).
   std::string bytes;
+  // The slot holding the tensor; null when it came in the response.
+  std::unique_ptr<OutputSlot> slot;
+
+  // Makes `bytes` hold the tensor, reading it out of the slot the first
+  // time; nothing to do when it came in the response.
+  absl::Status FetchBytes();
 };
 
 // Logical N, C, ... -> dims in byte order (N, ..., C for channels-last), as
 // KServe expects.
 std::vector<int64_t> PhysicalDims(const std::vector<int64_t>& logical, v1::Layout layout);
 
+// Sends the run's request. Thread-safe.
 class InferRequestSender {
  public:
-  InferRequestSender(Protocol protocol, const InferInput& input);
+  virtual ~InferRequestSender() = default;
 
-  // Blocking call with the client's deadline.
-  absl::StatusOr<InferOutput> Send(ConvServeClient& client) const;
-
-  // Non-blocking: `done` runs once on a gRPC thread with the call's status
-  // and, when it is OK, the output (otherwise nullptr). The deadline is the
-  // client's timeout from now.
+  // Non-blocking: `done` runs once, on a gRPC thread or (when the request
+  // fails before it is sent) on the caller's, with the call's status and,
+  // when it is OK, the output (otherwise nullptr). `done` may move the output
+  // away; its slot, if any, is freed when the output is destroyed. The
+  // deadline is the client's timeout from now.
   using Done = std::function<void(const absl::Status& status, InferOutput* output)>;
-  void SendAsync(ConvServeClient& client, Done done) const;
+  virtual void SendAsync(ConvServeClient& client, Done done) = 0;
 
-  Protocol protocol() const { return protocol_; }
+  // Blocking SendAsync. A shared-memory sender may have to wait for a free
+  // output slot: do not hold on to more outputs than it has slots.
+  absl::StatusOr<InferOutput> Send(ConvServeClient& client);
 
- private:
-  const Protocol protocol_;
-  v1::InferRequest convserve_request_;
-  inference::ModelInferRequest kserve_request_;
+  virtual Protocol protocol() const = 0;
+  // How requests and tensors travel, for reports: e.g. "unary ModelInfer,
+  // tensors in system shared memory (4 output slots)".
+  virtual std::string transport() const = 0;
 };
+
+// convserve.v1 Infer: unary calls, tensors in the messages.
+std::unique_ptr<InferRequestSender> ConvServeRequestSender(const InferInput& input);
 
 }  // namespace convserve
 

@@ -44,6 +44,9 @@ absl::StatusOr<RunResult> RunLoad(LoadSession& session, const LoadOptions& optio
   RunResult result;
   const InferInput& input = session.input();
   result.protocol = ProtocolName(session.protocol());
+  result.transport = session.transport();
+  result.shared_memory = SharedMemoryKindName(session.shared_memory());
+  result.streaming = session.streaming();
   result.servers = session.pool().targets();
   result.graph = input.graph;
   result.data_type = v1::DataType_Name(input.definition.data_type());

@@ -76,12 +76,11 @@ void LoadLevel::Send(int64_t window, int64_t scheduled_ns) {
 }
 
 void LoadLevel::Completed(int64_t window, int64_t scheduled_ns, const absl::Status& status,
-                          const InferOutput* output) {
+                          InferOutput* output) {
   const int64_t end_ns = NowNs();
-  OutputVerifier* verifier = session_->verifier();
-  if (status.ok() && verifier != nullptr &&
+  if (status.ok() && session_->verifier() != nullptr &&
       completions_.fetch_add(1) % options_.verify_every == 0) {
-    verifier->Check(output->bytes);
+    session_->Verify(output);
   }
   int64_t next_window = 0;
   int64_t next_scheduled_ns = 0;

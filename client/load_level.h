@@ -54,7 +54,7 @@ class LoadLevel {
   bool BeginRequestLocked(int64_t scheduled_ns, int64_t* window) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Send(int64_t window, int64_t scheduled_ns);
   void Completed(int64_t window, int64_t scheduled_ns, const absl::Status& status,
-                 const InferOutput* output);
+                 InferOutput* output);
   // The open-loop arrival schedule; on its own thread.
   void ScheduleArrivals();
 

@@ -6,6 +6,7 @@
 // like perf_analyzer. docs/load-generator.md describes every flag.
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <string>
@@ -20,6 +21,7 @@
 #include "client/load_generator.h"
 #include "client/load_report.h"
 #include "client/load_session.h"
+#include "client/signal_cleanup.h"
 #include "client/tensor_summary.h"
 
 ABSL_FLAG(std::string, server, "localhost:8001",
@@ -37,8 +39,18 @@ ABSL_FLAG(uint64_t, input_seed, 7, "seed of the random input tensor");
 ABSL_FLAG(std::string, input_file, "", "raw input bytes instead of a random tensor");
 ABSL_FLAG(std::string, save_input, "", "write the input bytes sent to this file");
 ABSL_FLAG(std::string, save_output, "", "write the first response's output bytes to this file");
-ABSL_FLAG(std::string, protocol, "convserve",
-          "convserve (convserve.v1.Infer) or kserve (ModelInfer)");
+ABSL_FLAG(std::string, protocol, "",
+          "convserve (convserve.v1.Infer) or kserve (ModelInfer); default convserve, or kserve "
+          "with --shared_memory or --streaming");
+ABSL_FLAG(std::string, shared_memory, "none",
+          "KServe only: none (tensors in the messages), system (POSIX shared memory; the server "
+          "must run on this machine) or cuda (GPU memory by CUDA IPC; CUDA builds)");
+ABSL_FLAG(int, cuda_device, 0, "with --shared_memory=cuda: the GPU holding the regions");
+ABSL_FLAG(int, shared_memory_slots, 0,
+          "with --shared_memory: output slots, the most requests in flight (0: the largest "
+          "concurrency level; 64 in an open loop; 1 without a load mode)");
+ABSL_FLAG(bool, streaming, false,
+          "KServe only: send over one ModelStreamInfer stream per server instead of unary calls");
 ABSL_FLAG(int, requests, 1, "without a load mode: requests to send, one after another");
 ABSL_FLAG(bool, unload, false, "unload the graph at the end");
 ABSL_FLAG(double, wait_for_server, 0,
@@ -80,7 +92,10 @@ int Fail(const std::string& what, const absl::Status& status) {
 
 void Print(const std::string& line) { std::printf("%s\n", line.c_str()); }
 
-absl::StatusOr<LoadSessionOptions> SessionOptionsFromFlags() {
+// Open loop with shared memory: output slots unless --shared_memory_slots.
+constexpr int kOpenLoopSlots = 64;
+
+absl::StatusOr<LoadSessionOptions> SessionOptionsFromFlags(const LoadOptions* load) {
   LoadSessionOptions options;
   options.servers = absl::GetFlag(FLAGS_server);
   options.graph_file = absl::GetFlag(FLAGS_graph_file);
@@ -95,9 +110,37 @@ absl::StatusOr<LoadSessionOptions> SessionOptionsFromFlags() {
   options.batch = absl::GetFlag(FLAGS_batch);
   options.input_seed = absl::GetFlag(FLAGS_input_seed);
   options.input_file = absl::GetFlag(FLAGS_input_file);
-  absl::StatusOr<Protocol> protocol = ParseProtocol(absl::GetFlag(FLAGS_protocol));
+  absl::StatusOr<SharedMemoryKind> shared_memory =
+      ParseSharedMemoryKind(absl::GetFlag(FLAGS_shared_memory));
+  if (!shared_memory.ok()) return shared_memory.status();
+  options.shared_memory = *shared_memory;
+  options.streaming = absl::GetFlag(FLAGS_streaming);
+  // Both are KServe features: they choose it unless --protocol says
+  // otherwise (LoadSession refuses convserve with them).
+  std::string protocol_name = absl::GetFlag(FLAGS_protocol);
+  if (protocol_name.empty()) {
+    protocol_name =
+        options.shared_memory != SharedMemoryKind::kNone || options.streaming ? "kserve"
+                                                                                : "convserve";
+  }
+  absl::StatusOr<Protocol> protocol = ParseProtocol(protocol_name);
   if (!protocol.ok()) return protocol.status();
   options.protocol = *protocol;
+  options.cuda_device = absl::GetFlag(FLAGS_cuda_device);
+  options.shared_memory_slots = absl::GetFlag(FLAGS_shared_memory_slots);
+  if (options.shared_memory_slots < 0) {
+    return absl::InvalidArgumentError("--shared_memory_slots must be >= 0");
+  }
+  if (options.shared_memory_slots == 0) {
+    options.shared_memory_slots = 1;
+    if (load != nullptr && load->mode == LoadMode::kClosedLoop) {
+      for (int c : load->concurrency) {
+        options.shared_memory_slots = std::max(options.shared_memory_slots, c);
+      }
+    } else if (load != nullptr) {
+      options.shared_memory_slots = kOpenLoopSlots;
+    }
+  }
   options.timeout = absl::GetFlag(FLAGS_timeout);
   options.wait_for_server = absl::Seconds(absl::GetFlag(FLAGS_wait_for_server));
   options.verify = absl::GetFlag(FLAGS_verify);
@@ -154,11 +197,17 @@ int Probe(LoadSession& session, bool load_mode, double* latency_ms) {
   *latency_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   if (!output.ok()) {
-    const char* call = session.protocol() == Protocol::kKServe ? "ModelInfer" : "Infer";
+    const char* call = session.protocol() == Protocol::kConvServe ? "Infer"
+                       : session.streaming()                       ? "ModelStreamInfer"
+                                                                   : "ModelInfer";
     if (!load_mode) return Fail(call, output.status());
     std::fprintf(stderr, "convserve-load: the first %s failed: %s\n", call,
                  output.status().ToString().c_str());
     return 0;
+  }
+  // The first output is always read, from shared memory too.
+  if (absl::Status fetched = output->FetchBytes(); !fetched.ok()) {
+    return Fail("reading the first output", fetched);
   }
   const v1::DataType type = session.input().definition.data_type();
   Print("output " + FormatSummary(output->shape, type, Summarize(type, output->bytes)));
@@ -166,7 +215,7 @@ int Probe(LoadSession& session, bool load_mode, double* latency_ms) {
     absl::Status saved = WriteFileBytes(absl::GetFlag(FLAGS_save_output), output->bytes);
     if (!saved.ok()) return Fail("--save_output", saved);
   }
-  if (session.verifier() != nullptr) session.verifier()->Check(output->bytes);
+  session.Verify(&*output);
   return 0;
 }
 
@@ -180,9 +229,7 @@ int RunSequential(LoadSession& session, double first_ms) {
     latencies_ms.push_back(
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
             .count());
-    if (session.verifier() != nullptr && i % absl::GetFlag(FLAGS_verify_every) == 0) {
-      session.verifier()->Check(output->bytes);
-    }
+    if (i % absl::GetFlag(FLAGS_verify_every) == 0) session.Verify(&*output);
   }
   const LatencySummary l = SummarizeLatencies(latencies_ms);
   std::printf("%zu requests (%s): latency ms min=%.3f p50=%.3f p99=%.3f max=%.3f\n",
@@ -198,13 +245,17 @@ int Run() {
     return Fail("usage", absl::InvalidArgumentError(
                              "--csv and --json need --concurrency_range or --request_rate"));
   }
-  absl::StatusOr<LoadSessionOptions> session_options = SessionOptionsFromFlags();
-  if (!session_options.ok()) return Fail("usage", session_options.status());
   absl::StatusOr<LoadOptions> load_options;
   if (load_mode) {
     load_options = LoadOptionsFromFlags();
     if (!load_options.ok()) return Fail("usage", load_options.status());
   }
+  absl::StatusOr<LoadSessionOptions> session_options =
+      SessionOptionsFromFlags(load_mode ? &*load_options : nullptr);
+  if (!session_options.ok()) return Fail("usage", session_options.status());
+  // Before any thread starts (the session's channels start gRPC's): regions
+  // registered on the server are removed on Ctrl-C too.
+  if (session_options->shared_memory != SharedMemoryKind::kNone) HandleInterruptsWithCleanups();
   absl::StatusOr<std::unique_ptr<LoadSession>> created =
       LoadSession::Create(*session_options, Print);
   if (!created.ok()) return Fail("setup", created.status());
@@ -217,6 +268,7 @@ int Run() {
   std::printf("input  [%s] %s %s, %zu bytes\n", absl::StrJoin(input.shape, ", ").c_str(),
               v1::DataType_Name(input.definition.data_type()).c_str(),
               v1::Layout_Name(input.definition.layout()).c_str(), input.bytes.size());
+  Print("transport: " + session.transport());
 
   double first_ms = 0;
   if (int failed = Probe(session, load_mode, &first_ms); failed != 0) return failed;
@@ -273,5 +325,8 @@ int main(int argc, char** argv) {
       "--graph_file=deploy/examples/resnet_block.textproto --input_shape=1,3,64,64 "
       "--concurrency_range=1:8:x2");
   absl::ParseCommandLine(argc, argv);
+  // Line by line into a pipe or log too: a reader sees the setup as it
+  // happens, and an interrupted run (which ends in _exit) loses no line.
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
   return convserve::Run();
 }

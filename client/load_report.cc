@@ -131,6 +131,7 @@ std::string FormatReport(const RunResult& result) {
                       : "",
                   ", protocol ", result.protocol, ", server ", absl::StrJoin(result.servers, ","),
                   "\n");
+  if (!result.transport.empty()) absl::StrAppend(&out, "transport: ", result.transport, "\n");
   absl::StrAppend(&out, "graph ", result.graph, ": input [",
                   absl::StrJoin(result.input_shape, ", "), "] ", result.data_type, " ",
                   result.layout, ", ", result.input_bytes, " bytes in, ", result.output_bytes,
@@ -183,7 +184,7 @@ std::string ReportCsv(const RunResult& result) {
       "latency_p50_ms,latency_p90_ms,latency_p95_ms,latency_p99_ms,latency_p99_9_ms,"
       "latency_max_ms,latency_mean_ms,errors_by_code,level_requests,level_ok,server_ok,"
       "server_failed,server_request_ms,server_queue_ms,server_plan_ms,server_h2d_ms,"
-      "server_compute_ms,server_d2h_ms\n";
+      "server_compute_ms,server_d2h_ms,shared_memory,streaming\n";
   for (const LevelResult& level : result.levels) {
     const LatencySummary& l = level.latency;
     std::vector<std::string> fields = {
@@ -225,6 +226,8 @@ std::string ReportCsv(const RunResult& result) {
     } else {
       fields.resize(fields.size() + 8);
     }
+    fields.push_back(result.shared_memory);
+    fields.push_back(result.streaming ? "true" : "false");
     std::vector<std::string> quoted;
     for (const std::string& f : fields) quoted.push_back(CsvField(f));
     absl::StrAppend(&out, absl::StrJoin(quoted, ","), "\n");
@@ -239,6 +242,9 @@ std::string ReportJson(const RunResult& result) {
   std::string out = absl::StrCat(
       "{\"tool\":\"convserve-load\",\"mode\":", Quote(LoadModeName(result.mode)),
       ",\"arrival\":", Quote(ArrivalName(result.arrival)), ",\"protocol\":", Quote(result.protocol),
+      ",\"transport\":", Quote(result.transport),
+      ",\"shared_memory\":", Quote(result.shared_memory),
+      ",\"streaming\":", result.streaming ? "true" : "false",
       ",\"servers\":[", absl::StrJoin(servers, ","), "],\"graph\":", Quote(result.graph),
       ",\"data_type\":", Quote(result.data_type), ",\"layout\":", Quote(result.layout),
       ",\"input_shape\":[", absl::StrJoin(result.input_shape, ","), "],\"batch\":", result.batch,

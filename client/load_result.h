@@ -78,6 +78,11 @@ struct LevelResult {
 struct RunResult {
   // Echo of the setup, for the report.
   std::string protocol;
+  // How requests and tensors travel (InferRequestSender::transport), and
+  // its two choices: "none", "system" or "cuda"; unary or streamed.
+  std::string transport;
+  std::string shared_memory = "none";
+  bool streaming = false;
   std::vector<std::string> servers;
   std::string graph;
   std::string data_type;

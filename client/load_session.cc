@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "client/graph_file.h"
+#include "client/kserve_request_sender.h"
 
 namespace convserve {
 namespace {
@@ -102,6 +103,18 @@ absl::StatusOr<std::unique_ptr<LoadSession>> LoadSession::Create(
     return absl::InvalidArgumentError(
         "--verify needs --graph_file: the server does not return a graph's weights");
   }
+  if (options.protocol != Protocol::kKServe) {
+    if (options.shared_memory != SharedMemoryKind::kNone) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--shared_memory=", SharedMemoryKindName(options.shared_memory),
+          " needs --protocol=kserve: shared memory is a KServe extension (convserve.v1 Infer "
+          "carries tensors in its messages)"));
+    }
+    if (options.streaming) {
+      return absl::InvalidArgumentError(
+          "--streaming needs --protocol=kserve: it uses KServe's ModelStreamInfer");
+    }
+  }
   ClientOptions client_options;
   client_options.timeout = absl::ToChronoMilliseconds(options.timeout);
   absl::StatusOr<std::unique_ptr<ServerPool>> pool =
@@ -161,26 +174,52 @@ absl::StatusOr<std::unique_ptr<LoadSession>> LoadSession::Create(
     if (!created.ok()) return Annotate("computing the reference output", created.status());
     verifier = *std::move(created);
   }
-  return std::unique_ptr<LoadSession>(new LoadSession(*std::move(pool), std::move(own_servers),
-                                                      std::move(servers), std::move(input),
-                                                      options.protocol, std::move(verifier)));
+
+  std::unique_ptr<InferRequestSender> sender;
+  if (options.protocol == Protocol::kConvServe) {
+    sender = ConvServeRequestSender(input);
+  } else {
+    KServeSenderOptions kserve;
+    kserve.shared_memory = options.shared_memory;
+    kserve.cuda_device = options.cuda_device;
+    kserve.output_slots = options.shared_memory_slots;
+    kserve.streaming = options.streaming;
+    kserve.timeout = client_options.timeout;
+    std::vector<ConvServeClient*> callers;
+    for (const auto& client : (*pool)->clients()) callers.push_back(client.get());
+    absl::StatusOr<std::unique_ptr<KServeRequestSender>> created =
+        KServeRequestSender::Create(kserve, input, callers, servers);
+    if (!created.ok()) return Annotate("setting up the requests", created.status());
+    if (const SharedMemoryTensors* regions = (*created)->regions(); regions != nullptr) {
+      log(absl::StrCat("registered ", regions->description(), " regions '",
+                       regions->input_region(), "' and '", regions->output_region(), "' on ",
+                       servers.size(), servers.size() == 1 ? " server" : " servers",
+                       " (removed at exit, also on Ctrl-C)"));
+    }
+    sender = *std::move(created);
+  }
+  auto session = std::unique_ptr<LoadSession>(
+      new LoadSession(*std::move(pool), std::move(own_servers), std::move(servers),
+                      std::move(input), std::move(verifier), options));
+  session->sender_ = std::move(sender);
+  return session;
 }
 
 LoadSession::LoadSession(std::unique_ptr<ServerPool> pool,
                          std::vector<std::unique_ptr<ConvServeClient>> own_servers,
-                         std::vector<ConvServeClient*> servers, InferInput input, Protocol protocol,
-                         std::unique_ptr<OutputVerifier> verifier)
+                         std::vector<ConvServeClient*> servers, InferInput input,
+                         std::unique_ptr<OutputVerifier> verifier,
+                         const LoadSessionOptions& options)
     : pool_(std::move(pool)),
       own_servers_(std::move(own_servers)),
       servers_(std::move(servers)),
       input_(std::move(input)),
-      sender_(protocol, input_),
+      shared_memory_(options.shared_memory),
+      streaming_(options.streaming),
       verifier_(std::move(verifier)) {}
 
 void LoadSession::Count(const absl::Status& status, const InferOutput* output) {
-  if (status.ok() && output_bytes_.load() == 0) {
-    output_bytes_.store(static_cast<int64_t>(output->bytes.size()));
-  }
+  if (status.ok() && output_bytes_.load() == 0) output_bytes_.store(output->byte_size);
   absl::MutexLock lock(&mu_);
   ++totals_.sent;
   if (status.ok()) {
@@ -192,17 +231,27 @@ void LoadSession::Count(const absl::Status& status, const InferOutput* output) {
 }
 
 absl::StatusOr<InferOutput> LoadSession::Send() {
-  absl::StatusOr<InferOutput> output = sender_.Send(pool_->Next());
+  absl::StatusOr<InferOutput> output = sender_->Send(pool_->Next());
   Count(output.status(), output.ok() ? &*output : nullptr);
   return output;
 }
 
 void LoadSession::SendAsync(InferRequestSender::Done done) {
-  sender_.SendAsync(pool_->Next(),
-                    [this, done = std::move(done)](const absl::Status& status, InferOutput* out) {
-                      Count(status, out);
-                      done(status, out);
-                    });
+  sender_->SendAsync(pool_->Next(),
+                     [this, done = std::move(done)](const absl::Status& status, InferOutput* out) {
+                       Count(status, out);
+                       done(status, out);
+                     });
+}
+
+void LoadSession::Verify(InferOutput* output) {
+  if (verifier_ == nullptr) return;
+  absl::Status fetched = output->FetchBytes();
+  if (!fetched.ok()) {
+    verifier_->Unreadable(absl::StrCat("reading the output: ", fetched.ToString()));
+    return;
+  }
+  verifier_->Check(output->bytes);
 }
 
 absl::Status LoadSession::Unload() {

@@ -20,6 +20,7 @@
 #include "client/infer_request_sender.h"
 #include "client/output_verifier.h"
 #include "client/server_pool.h"
+#include "client/shared_memory_tensors.h"
 
 namespace convserve {
 
@@ -42,6 +43,15 @@ struct LoadSessionOptions {
   std::string input_file;
   // Wire protocol of the inference calls.
   Protocol protocol = Protocol::kConvServe;
+  // KServe only: tensors in shared memory instead of the messages.
+  SharedMemoryKind shared_memory = SharedMemoryKind::kNone;
+  // --shared_memory=cuda: the GPU holding the regions.
+  int cuda_device = 0;
+  // With shared memory: output slots, the most requests in flight at once
+  // (more wait for a slot; kserve_request_sender.h).
+  int shared_memory_slots = 64;
+  // KServe only: one ModelStreamInfer stream per server instead of unary calls.
+  bool streaming = false;
   // Deadline of each call.
   absl::Duration timeout = absl::Seconds(30);
   // Wait this long for every server's ServerLive first (0: no wait).
@@ -69,6 +79,9 @@ class LoadSession {
   absl::StatusOr<InferOutput> Send();
   // Sends it without blocking; see InferRequestSender::SendAsync.
   void SendAsync(InferRequestSender::Done done);
+  // With a verifier: reads the output's bytes if they are still in shared
+  // memory and checks them (a failed read counts as a mismatch).
+  void Verify(InferOutput* output);
 
   // Unloads the graph from every server.
   absl::Status Unload();
@@ -84,14 +97,18 @@ class LoadSession {
   // statistics: the pool's clients, or for a balanced target one channel per
   // address it resolved to. Owned by the pool or the session.
   const std::vector<ConvServeClient*>& servers() const { return servers_; }
-  Protocol protocol() const { return sender_.protocol(); }
+  Protocol protocol() const { return sender_->protocol(); }
+  // How requests and tensors travel (InferRequestSender::transport).
+  std::string transport() const { return sender_->transport(); }
+  SharedMemoryKind shared_memory() const { return shared_memory_; }
+  bool streaming() const { return streaming_; }
   RequestTotals totals() const;
 
  private:
   LoadSession(std::unique_ptr<ServerPool> pool,
               std::vector<std::unique_ptr<ConvServeClient>> own_servers,
-              std::vector<ConvServeClient*> servers, InferInput input, Protocol protocol,
-              std::unique_ptr<OutputVerifier> verifier);
+              std::vector<ConvServeClient*> servers, InferInput input,
+              std::unique_ptr<OutputVerifier> verifier, const LoadSessionOptions& options);
 
   void Count(const absl::Status& status, const InferOutput* output);
 
@@ -100,11 +117,16 @@ class LoadSession {
   const std::vector<std::unique_ptr<ConvServeClient>> own_servers_;
   const std::vector<ConvServeClient*> servers_;
   const InferInput input_;
-  const InferRequestSender sender_;
+  const SharedMemoryKind shared_memory_;
+  const bool streaming_;
   const std::unique_ptr<OutputVerifier> verifier_;
   std::atomic<int64_t> output_bytes_{0};
   mutable absl::Mutex mu_;
   RequestTotals totals_ ABSL_GUARDED_BY(mu_);
+  // Declared last, so it goes first: its shared memory is unregistered
+  // through the clients above, and requests it still completes while its
+  // streams close are counted.
+  std::unique_ptr<InferRequestSender> sender_;
 };
 
 // "1,3,224,224" -> dims; INVALID_ARGUMENT names the flag.

@@ -79,6 +79,13 @@ bool OutputVerifier::Check(const std::string& output) {
   return false;
 }
 
+void OutputVerifier::Unreadable(const std::string& problem) {
+  absl::MutexLock lock(&mu_);
+  ++result_.checked;
+  ++result_.mismatches;
+  if (result_.first_problem.empty()) result_.first_problem = problem;
+}
+
 VerifyResult OutputVerifier::result() const {
   absl::MutexLock lock(&mu_);
   return result_;

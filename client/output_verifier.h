@@ -42,6 +42,8 @@ class OutputVerifier {
 
   // Compares one response's output bytes; returns false on a mismatch.
   bool Check(const std::string& output);
+  // Counts a response whose output could not be read as a mismatch.
+  void Unreadable(const std::string& problem);
   VerifyResult result() const;
   int64_t expected_bytes() const { return static_cast<int64_t>(expected_.size()) * element_size_; }
 

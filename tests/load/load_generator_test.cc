@@ -275,7 +275,8 @@ TEST(LoadGeneratorBinaryTest, ReportsTheServersRequestCountInEveryFormat) {
                   "latency_p90_ms", "latency_p95_ms", "latency_p99_ms", "latency_p99_9_ms",
                   "latency_max_ms", "latency_mean_ms", "errors_by_code", "level_requests",
                   "level_ok", "server_ok", "server_failed", "server_request_ms", "server_queue_ms",
-                  "server_plan_ms", "server_h2d_ms", "server_compute_ms", "server_d2h_ms"));
+                  "server_plan_ms", "server_h2d_ms", "server_compute_ms", "server_d2h_ms",
+                  "shared_memory", "streaming"));
   EXPECT_EQ(csv[1][11], "60");
   EXPECT_EQ(csv[2][11], "60");
 }
