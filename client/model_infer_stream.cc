@@ -182,10 +182,14 @@ class ModelInferStream::Call final
     // The last reference may be this one: nothing touches `this` after the
     // function returns.
     std::shared_ptr<Call> keep = std::move(self_);
-    const absl::Status why =
-        status.ok() ? absl::UnavailableError("the server ended the ModelStreamInfer stream "
-                                             "without answering every request")
-                    : FromGrpcStatus(status);
+    absl::Status why = FromGrpcStatus(status);
+    if (status.ok()) {
+      why = absl::UnavailableError(
+          "the server ended the ModelStreamInfer stream without answering every request");
+    } else if (why.code() == absl::StatusCode::kUnimplemented && why.message().empty()) {
+      // gRPC's answer for a method the server does not have says nothing.
+      why = absl::UnimplementedError("the server does not serve ModelStreamInfer");
+    }
     std::vector<Done> failed;
     {
       absl::MutexLock lock(&mu_);
