@@ -43,5 +43,3 @@ foreach(suite_and_filter
   add_test(NAME ${name} COMMAND load_test --gtest_filter=${filter})
   set_tests_properties(${name} PROPERTIES LABELS "load;${label}" TIMEOUT 120)
 endforeach()
-# Until the server serves ModelStreamInfer these tests skip, and CTest says so.
-set_tests_properties(load_streaming_test PROPERTIES SKIP_REGULAR_EXPRESSION "\\[  SKIPPED \\]")
