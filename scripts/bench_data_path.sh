@@ -1,0 +1,143 @@
+#!/usr/bin/env bash
+# The data-path benchmark (issue 11), on a GPU host from a bundle
+# (scripts/bundle.sh): one 3x3 64->64 float16 NHWC layer
+# (tests/bench/conv64_nhwc.textproto) served by a default-flag server, timed
+# by convserve-load over KServe for each transport and size, beside the
+# pinned-copy floor measured on the same host (PyTorch, pinned host <-> GPU)
+# and the figures before this work. Prints a table last; logs go to $OUT.
+#   BUNDLE=bundle OUT=/tmp/out scripts/bench_data_path.sh
+set -uo pipefail
+bundle="${BUNDLE:-bundle}"
+out="${OUT:-bench_logs}"
+mkdir -p "$out"
+export LD_LIBRARY_PATH="$PWD/$bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+bin="$bundle/bin"
+graph=tests/bench/conv64_nhwc.textproto
+port=18101
+window="${WINDOW:-2s}"
+
+nvidia-smi -L | tee "$out/device.txt"
+"$bin/convserve-server" --listen=127.0.0.1:$port --metrics_listen= > "$out/server.log" 2>&1 &
+server=$!
+trap 'kill -TERM $server 2>/dev/null; wait $server 2>/dev/null' EXIT
+"$bin/convserve-health" --server=127.0.0.1:$port --wait_seconds=60 > /dev/null || {
+  echo "server did not start"; cat "$out/server.log"; exit 1; }
+
+# The floor: one pinned host->device and device->host copy of the tensor.
+python3 - > "$out/floor.txt" 2>&1 <<'PY'
+import torch
+for n in (1, 32):
+    nbytes = n * 64 * 56 * 56 * 2
+    host = torch.empty(nbytes, dtype=torch.uint8).pin_memory()
+    dev = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
+    for _ in range(5):
+        dev.copy_(host, non_blocking=True); host.copy_(dev, non_blocking=True)
+    torch.cuda.synchronize()
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(50):
+        dev.copy_(host, non_blocking=True)
+    stop.record(); torch.cuda.synchronize()
+    h2d = start.elapsed_time(stop) / 50
+    start.record()
+    for _ in range(50):
+        host.copy_(dev, non_blocking=True)
+    stop.record(); torch.cuda.synchronize()
+    d2h = start.elapsed_time(stop) / 50
+    print(f"floor {n} {h2d + d2h:.4f} {nbytes / h2d / 1e6:.1f} {nbytes / d2h / 1e6:.1f}")
+PY
+
+# The floor of a gRPC unary call on this host: an empty ServerLive round trip.
+"$bin/rpc_floor_bench" --server=127.0.0.1:$port --requests=20000 > "$out/rpc_floor.txt" 2>&1
+
+# run NAME SHAPE CONCURRENCY EXTRA_FLAGS...: one closed-loop level.
+run() {
+  local name=$1 shape=$2 concurrency=$3
+  shift 3
+  timeout 300 "$bin/convserve-load" --server=127.0.0.1:$port --graph_file=$graph \
+    --input_shape="$shape" --protocol=kserve --concurrency_range="$concurrency" \
+    --warmup=1s --window="$window" --stable_windows=2 --max_windows=4 \
+    --csv="$out/$name.csv" "$@" > "$out/$name.log" 2>&1
+  echo "$name rc=$?"
+}
+
+run msg_401k 1,64,56,56 1
+run sys_401k 1,64,56,56 1 --shared_memory=system
+run cuda_401k 1,64,56,56 1 --shared_memory=cuda
+run msg_12m 32,64,56,56 1
+run sys_12m 32,64,56,56 1 --shared_memory=system
+run cuda_12m 32,64,56,56 1 --shared_memory=cuda
+run stream_401k 1,64,56,56 1 --streaming
+# GPU busy at concurrency 64, batch 1, CUDA shared memory.
+nvidia-smi --query-gpu=utilization.gpu --format=csv,noheader,nounits -lms 100 \
+  > "$out/utilization.txt" 2>/dev/null &
+smi=$!
+run cuda_401k_c64 1,64,56,56 64 --shared_memory=cuda
+kill $smi 2>/dev/null
+run msg_401k_c64 1,64,56,56 64
+# Correctness of each transport against the CPU reference.
+for mode in none system cuda; do
+  timeout 120 "$bin/convserve-load" --server=127.0.0.1:$port --graph_file=$graph \
+    --input_shape=2,64,56,56 --protocol=kserve --shared_memory=$mode --verify --requests=5 \
+    > "$out/verify_$mode.log" 2>&1
+  echo "verify $mode rc=$? $(grep -E '^verify' "$out/verify_$mode.log")"
+done
+
+python3 - "$out" <<'PY'
+import csv, os, sys
+out = sys.argv[1]
+floor = {}
+for line in open(os.path.join(out, "floor.txt")):
+    parts = line.split()
+    if parts and parts[0] == "floor":
+        floor[int(parts[1])] = (float(parts[2]), float(parts[3]), float(parts[4]))
+def level(name):
+    path = os.path.join(out, name + ".csv")
+    if not os.path.exists(path):
+        return None
+    rows = list(csv.DictReader(open(path)))
+    return rows[-1] if rows else None
+before = {"msg_401k": 0.93, "msg_12m": 22.2, "msg_401k_c64": None}
+targets = {"sys_401k": "<= 0.15", "msg_12m": "<= 11", "sys_12m": "<= 1.0", "cuda_12m": "<= 0.3"}
+def num(row, key):
+    try:
+        return float(row[key])
+    except (KeyError, ValueError):
+        return float("nan")
+print(f"{'request':<38}{'p50 ms':>8}{'p99 ms':>8}{'req/s':>8}{'target':>8}{'before':>8}"
+      f"{'floor':>7}{'server':>8}{'copies':>8}{'GPU':>7}{'outside':>8}")
+for name, label, n in [
+    ("msg_401k", "1x64x56x56 (401 KB), gRPC bytes", 1),
+    ("sys_401k", "1x64x56x56, system shm", 1),
+    ("cuda_401k", "1x64x56x56, CUDA shm", 1),
+    ("stream_401k", "1x64x56x56, gRPC stream", 1),
+    ("msg_12m", "32x64x56x56 (12.8 MB), gRPC bytes", 32),
+    ("sys_12m", "32x64x56x56, system shm", 32),
+    ("cuda_12m", "32x64x56x56, CUDA shm", 32),
+    ("msg_401k_c64", "1x64x56x56, 64 in flight, gRPC bytes", 1),
+    ("cuda_401k_c64", "1x64x56x56, 64 in flight, CUDA shm", 1)]:
+    row = level(name)
+    b = before.get(name)
+    f = floor.get(n, (float("nan"),))[0]
+    if row is None:
+        print(f"{label:<38}{'(no result)':>8}")
+        continue
+    copies = num(row, "server_h2d_ms") + num(row, "server_d2h_ms")
+    outside = num(row, "latency_mean_ms") - num(row, "server_request_ms")
+    print(f"{label:<38}{num(row, 'latency_p50_ms'):>8.3f}{num(row, 'latency_p99_ms'):>8.3f}"
+          f"{num(row, 'throughput_rps'):>8.0f}{targets.get(name, '-'):>8}"
+          f"{(f'{b:.2f}' if b else '-'):>8}{f:>7.3f}{num(row, 'server_request_ms'):>8.3f}"
+          f"{copies:>8.3f}{num(row, 'server_compute_ms'):>7.3f}{outside:>8.3f}")
+print("columns: latency from convserve-load (closed loop, 1 in flight unless said); before = the "
+      "issue's figures (same host kind, gRPC bytes); floor = pinned H2D + D2H of the tensor "
+      "(PyTorch, this host); server/copies/GPU = the server's mean request, H2D+D2H and compute "
+      "time (GetStatistics); outside = client mean - server request time")
+util = [float(x) for x in open(os.path.join(out, "utilization.txt")) if x.strip()]
+if util:
+    print(f"GPU busy at 64 in flight, CUDA shm (target >= 60%; before 11% with gRPC bytes): mean {sum(util)/len(util):.0f}% of {len(util)} samples")
+for n, (total, h2d_gbs, d2h_gbs) in sorted(floor.items()):
+    print(f"pinned copy floor N={n}: {total:.3f} ms round trip (H2D {h2d_gbs:.1f} GB/s, D2H {d2h_gbs:.1f} GB/s)")
+for line in open(os.path.join(out, "rpc_floor.txt")):
+    if line.startswith("rpc floor"):
+        print("gRPC unary floor (empty ServerLive round trip, 1 in flight): " + line[len("rpc floor "):].strip())
+PY
