@@ -9,7 +9,7 @@ add_library(convserve_client STATIC
   client/tensor_summary.cc)
 target_include_directories(convserve_client PUBLIC ${CMAKE_CURRENT_SOURCE_DIR})
 target_link_libraries(convserve_client PUBLIC
-  convserve_proto convserve_tensor convserve_transport gRPC::grpc++ absl::status absl::statusor absl::strings
+  convserve_proto convserve_tensor gRPC::grpc++ absl::status absl::statusor absl::strings
   absl::synchronization absl::time)
 
 # The load generator as a library, so tests drive it in-process. It links the

@@ -6,7 +6,6 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "server/grpc_transport.h"
 
 namespace convserve {
 
@@ -19,7 +18,6 @@ ConvServeClient::ConvServeClient(const ClientOptions& options) : options_(option
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(options.max_message_bytes);
   args.SetMaxSendMessageSize(options.max_message_bytes);
-  for (const auto& [name, value] : TransportChannelArgs()) args.SetInt(name, value);
   if (!options.load_balancing_policy.empty()) {
     args.SetServiceConfigJSON(
         absl::StrCat(R"({"loadBalancingConfig":[{")", options.load_balancing_policy, R"(":{}}]})"));

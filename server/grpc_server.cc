@@ -6,7 +6,6 @@
 #include <grpcpp/server_builder.h>
 
 #include "absl/strings/str_cat.h"
-#include "server/grpc_transport.h"
 #include "spdlog/spdlog.h"
 
 namespace convserve {
@@ -41,7 +40,6 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(const GrpcServerOp
                            &server->port_);
   builder.SetMaxReceiveMessageSize(options.max_message_bytes);
   builder.SetMaxSendMessageSize(options.max_message_bytes);
-  for (const auto& [name, value] : TransportChannelArgs()) builder.AddChannelArgument(name, value);
   builder.RegisterService(&server->convserve_);
   builder.RegisterService(&server->kserve_);
   server->server_ = builder.BuildAndStart();

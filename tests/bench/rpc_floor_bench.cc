@@ -16,7 +16,6 @@
 #include "absl/flags/parse.h"
 #include "absl/synchronization/notification.h"
 #include "inference/grpc_predict_v2.grpc.pb.h"
-#include "server/grpc_transport.h"
 
 ABSL_FLAG(std::string, server, "127.0.0.1:8001", "server address");
 ABSL_FLAG(int, requests, 20000, "round trips per mode (after 1000 warm-up ones)");
@@ -70,7 +69,6 @@ class CallbackChain {
 
 int Main() {
   grpc::ChannelArguments args;
-  for (const auto& [name, value] : TransportChannelArgs()) args.SetInt(name, value);
   auto channel = grpc::CreateCustomChannel(absl::GetFlag(FLAGS_server),
                                            grpc::InsecureChannelCredentials(), args);
   auto stub = inference::GRPCInferenceService::NewStub(channel);
