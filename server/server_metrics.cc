@@ -116,6 +116,10 @@ class ServerMetrics::RuntimeCollector : public prometheus::Collectable {
       families.push_back(Family("convserve_engine_searches_total",
                                 "cuDNN engine searches (one per new layer problem and GPU model).",
                                 MetricType::Counter, {Value({}, e.searches, true)}));
+      families.push_back(Family(
+          "convserve_engine_choices_from_store_total",
+          "Layer engine choices read from the plan store (--plan_cache_dir) instead of searched.",
+          MetricType::Counter, {Value({}, e.stored_choices, true)}));
       families.push_back(Family("convserve_engine_prober_starts_total",
                                 "Engine prober processes started (again after each fault).",
                                 MetricType::Counter, {Value({}, e.prober_starts, true)}));

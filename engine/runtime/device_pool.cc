@@ -192,10 +192,12 @@ absl::StatusOr<std::unique_ptr<DevicePool>> DevicePool::Create(const DevicePoolO
   if (store_directory.empty()) {
     ASSIGN_OR_RETURN(store_directory, PrivateStoreDirectory());
     pool->private_store_dir_ = store_directory;
-    spdlog::info("no --plan_cache_dir: quarantine verdicts are kept in {} for this process only",
+    spdlog::info("no --plan_cache_dir: engine choices and quarantine verdicts are kept in {} for "
+                 "this process only",
                  store_directory);
   }
   ASSIGN_OR_RETURN(pool->store_, PlanStore::Open(store_directory));
+  CUDA_RETURN_IF_ERROR(cudaRuntimeGetVersion(&pool->cuda_runtime_version_));
   for (size_t slot = 0; slot < ordinals.size(); ++slot) {
     ASSIGN_OR_RETURN(CudnnVersions versions, CheckCudnnRuntime(ordinals[slot]));
     auto device = std::make_unique<Device>();
@@ -468,6 +470,7 @@ RunnerStats DevicePool::Stats() const {
   stats.engine_search.searches += in_process_searches_.load();
   stats.engine_search.quarantined += in_process_quarantined_.load();
   stats.engine_search.vetoed += in_process_vetoed_.load();
+  stats.engine_search.stored_choices = stored_choices_used_.load();
   for (const auto& device : devices_) {
     if (device->prober != nullptr) stats.engine_search.searches += device->prober->stats().searches;
   }
@@ -681,7 +684,29 @@ absl::StatusOr<std::shared_ptr<ConvLayerPlan>> DevicePool::LayerPlan(
         std::shared_ptr<EngineChoice> choice,
         choices_.GetOrBuild(choice_key, [&]() -> absl::StatusOr<PlanCache<EngineChoice>::Built> {
           const absl::Time start = absl::Now();
+          const EngineChoiceStore stored_choices(store_.get(), device.target,
+                                                 cuda_runtime_version_, policy_,
+                                                 &options_.selection);
+          std::vector<std::string> dropped;
+          std::optional<EngineChoice> stored = stored_choices.Load(problem, &dropped);
+          if (!dropped.empty()) {
+            spdlog::warn("plan store: the stored engine choice for {} on GPU {} lost {}",
+                         problem.Describe(), device.ordinal, absl::StrJoin(dropped, ", "));
+          }
+          if (stored.has_value()) {
+            ++stored_choices_used_;
+            spdlog::info("engine chosen: graph '{}' layers[{}] {} on GPU {}: {}, {} passed, "
+                         "from the plan store",
+                         graph.name(), layer, problem.Describe(), device.ordinal,
+                         stored->ranked.front().ToString(), stored->ranked.size());
+            return PlanCache<EngineChoice>::Built{
+                std::make_shared<EngineChoice>(*std::move(stored)), sizeof(EngineChoice)};
+          }
           ASSIGN_OR_RETURN(EngineChoice found, SearchEngine(device, worker, problem, &searched));
+          if (absl::Status saved = stored_choices.Save(problem, found); !saved.ok()) {
+            spdlog::warn("plan store: the engine choice for {} is not persisted: {}",
+                         problem.Describe(), std::string(saved.message()));
+          }
           spdlog::info("engine chosen: graph '{}' layers[{}] {} on GPU {}: {}{}, {} passed, {} "
                        "search {} in {:.1f} ms",
                        graph.name(), layer, problem.Describe(), device.ordinal,

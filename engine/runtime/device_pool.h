@@ -39,6 +39,7 @@
 #include "engine/cudnn/conv_layer_plan.h"
 #include "engine/cudnn/device_weights.h"
 #include "engine/cudnn/engine_selection.h"
+#include "engine/runtime/engine_choice_store.h"
 #include "engine/runtime/engine_prober.h"
 #include "engine/runtime/plan_cache.h"
 #include "engine/runtime/plan_store.h"
@@ -79,14 +80,6 @@ struct DevicePoolOptions {
   // faults the prober's context. Empty / -1: off.
   std::string testing_fault_graph;
   int testing_fault_candidate_rank = -1;
-};
-
-// What an engine search decided for one layer problem on one GPU model.
-struct EngineChoice {
-  // Configurations that passed, best first (the fastest, when autotuned).
-  std::vector<EngineConfigId> ranked;
-  // Median ms of ranked[0] when timed, else 0.
-  float best_ms = 0;
 };
 
 class DevicePool : public RequestRunner {
@@ -136,6 +129,7 @@ class DevicePool : public RequestRunner {
   const DevicePoolOptions options_;
   std::map<std::string, std::string> versions_;
   std::string policy_;  // engine selection, part of every key
+  int cuda_runtime_version_ = 0;  // part of stored engine choices' keys
   std::unique_ptr<PlanStore> store_;
   // The temporary store directory this pool made (no --plan_cache_dir), and
   // removes when it is destroyed; empty otherwise.
@@ -154,6 +148,8 @@ class DevicePool : public RequestRunner {
   std::atomic<int64_t> in_process_searches_{0};
   std::atomic<int64_t> in_process_quarantined_{0};
   std::atomic<int64_t> in_process_vetoed_{0};
+  // Engine choices taken from the plan store instead of a search.
+  std::atomic<int64_t> stored_choices_used_{0};
 };
 
 }  // namespace convserve

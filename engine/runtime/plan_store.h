@@ -5,7 +5,8 @@
 // into place, so readers never see half a record; a header with a format
 // version and a SHA-256 of the body guards against truncated, corrupt or
 // foreign files, which are ignored with one log line (and rebuilt by whoever
-// needs them). Kinds today: "quarantine" (engine candidates that faulted).
+// needs them). Kinds today: "quarantine" (engine candidates that faulted)
+// and "choice" (what a layer search decided; engine_choice_store.h).
 // Thread-safe.
 #ifndef CONVSERVE_ENGINE_RUNTIME_PLAN_STORE_H_
 #define CONVSERVE_ENGINE_RUNTIME_PLAN_STORE_H_

@@ -52,6 +52,8 @@ struct EngineSearchStats {
   int64_t quarantined = 0;
   // Candidates not run because an earlier verdict quarantined them.
   int64_t vetoed = 0;
+  // Layer problems whose engine choice came from the plan store, not a search.
+  int64_t stored_choices = 0;
 };
 
 struct RunnerStats {

@@ -30,7 +30,7 @@ GPU_ONLY = {
     "convserve_gpu_memory_used_bytes", "convserve_gpu_memory_total_bytes",
     "convserve_gpu_faults_total", "convserve_gpu_healthy", "convserve_engine_searches_total",
     "convserve_engine_prober_starts_total", "convserve_engine_candidates_quarantined_total",
-    "convserve_engine_candidates_vetoed_total",
+    "convserve_engine_candidates_vetoed_total", "convserve_engine_choices_from_store_total",
 }
 
 # What the dashboard must show (issue 5): latency quantiles from the
