@@ -15,6 +15,8 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "client/graph_file.h"
@@ -324,6 +326,14 @@ int main(int argc, char** argv) {
       "  convserve-load --server=localhost:8001 "
       "--graph_file=deploy/examples/resnet_block.textproto --input_shape=1,3,64,64 "
       "--concurrency_range=1:8:x2");
+  // --help lists the flags of the file that defines them; absl's default
+  // looks for a file named after the binary (convserve-x.cc) and finds none.
+  absl::FlagsUsageConfig usage_config;
+  usage_config.contains_help_flags = [](absl::string_view file) {
+    return absl::EndsWith(file, "client/load_main.cc");
+  };
+  usage_config.contains_helpshort_flags = usage_config.contains_help_flags;
+  absl::SetFlagsUsageConfig(usage_config);
   absl::ParseCommandLine(argc, argv);
   // Line by line into a pipe or log too: a reader sees the setup as it
   // happens, and an interrupted run (which ends in _exit) loses no line.

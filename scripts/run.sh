@@ -35,8 +35,15 @@ client_address="${listen/0.0.0.0/127.0.0.1}"
 "$build/convserve-server" "${server_flags[@]}" &
 server_pid=$!
 trap 'kill -TERM $server_pid 2>/dev/null; wait $server_pid' INT TERM
+# The gRPC health check says SERVING as soon as the server listens.
+if ! "$build/convserve-health" --server="$client_address" --wait_seconds=60 --quiet; then
+  echo "run.sh: the server did not report SERVING on $client_address within 60 s" >&2
+  kill -TERM $server_pid 2>/dev/null
+  wait $server_pid
+  exit 1
+fi
 echo "--- demo: loading deploy/examples/resnet_block.textproto and sending 100 requests"
-"$build/convserve-load" --server="$client_address" --wait_for_server=30 \
+"$build/convserve-load" --server="$client_address" \
   --graph_file="$root/deploy/examples/resnet_block.textproto" --input_shape=1,3,64,64 --requests=100
 echo "--- demo done; server still running on $listen (Ctrl-C stops it)"
 wait $server_pid

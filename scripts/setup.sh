@@ -5,15 +5,22 @@
 # .venv-tests/ (git-ignored) with pinned packages from PyPI.
 #   scripts/setup.sh                   packages and the test venv
 #   scripts/setup.sh --packages-only   packages only (serving, image builds)
+#   scripts/setup.sh --perf-analyzer   also download NVIDIA's perf_analyzer wheel
+#                                      (pinned) into .perf-analyzer/ (git-ignored)
+#                                      for scripts/perf_analyzer_compare.sh on a
+#                                      GPU host, which reaches no registry
 # Idempotent: a second run installs nothing and prints one line.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
 test_venv=1
+perf_analyzer=0
 case "${1:-}" in
   "") ;;
   --packages-only) test_venv=0 ;;
-  *) echo "setup.sh: unknown argument '$1' (use --packages-only or nothing)" >&2; exit 2 ;;
+  --perf-analyzer) perf_analyzer=1 ;;
+  *) echo "setup.sh: unknown argument '$1' (use --packages-only, --perf-analyzer or nothing)" >&2
+     exit 2 ;;
 esac
 
 PACKAGES=(
@@ -33,6 +40,10 @@ VENV_PACKAGES=(
   grpcio==1.85.1 protobuf==6.33.6 numpy==2.4.6 ml_dtypes==0.5.4
   python-rapidjson==1.25 urllib3==2.8.0 packaging==26.3 typing_extensions==4.16.0
 )
+# perf_analyzer's wheel: one static-ish binary (needs glibc >= 2.38, zlib and
+# OpenSSL 3 on the host), 7.2 MB; the GPU host unpacks it with python3.
+PERF_ANALYZER=perf-analyzer==2.60.0
+PERF_ANALYZER_DIR="$root/.perf-analyzer"
 # Written into the venv once its packages are installed: the venv is up to
 # date when this matches the list above.
 VENV_STAMP="$VENV/convserve-packages.txt"
@@ -79,4 +90,17 @@ fi
 
 if [ ${#missing[@]} -eq 0 ] && { [ "$test_venv" -eq 0 ] || [ -n "$venv_note" ]; }; then
   echo "setup: all ${#PACKAGES[@]} packages present${venv_note}"
+fi
+
+if [ "$perf_analyzer" -eq 1 ]; then
+  if ls "$PERF_ANALYZER_DIR"/perf_analyzer-2.60.0-*.whl >/dev/null 2>&1; then
+    echo "setup: $PERF_ANALYZER wheel present in .perf-analyzer/"
+  else
+    # Built for manylinux_2_38: pip must not judge it by this host's glibc.
+    "$VENV/bin/python" -m pip download -q --disable-pip-version-check --no-input --no-deps \
+      --only-binary=:all: --platform manylinux_2_38_x86_64 -d "$PERF_ANALYZER_DIR" \
+      "$PERF_ANALYZER"
+    echo "setup: downloaded $(basename "$PERF_ANALYZER_DIR"/perf_analyzer-*.whl)" \
+      "($(du -h "$PERF_ANALYZER_DIR"/perf_analyzer-*.whl | cut -f1)) into .perf-analyzer/"
+  fi
 fi

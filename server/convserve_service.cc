@@ -70,7 +70,8 @@ grpc::ServerUnaryReactor* ConvServeService::Infer(grpc::CallbackServerContext* c
   const absl::Time start = absl::Now();
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   const auto reject = [&](const absl::Status& status, const std::string& graph) {
-    metrics_->RequestRejected(graph, "convserve", status.code());
+    metrics_->RequestRejected(graph, "convserve", status.code(),
+                              absl::ToDoubleSeconds(absl::Now() - start));
     reactor->Finish(ToGrpcStatus(status));
     return reactor;
   };

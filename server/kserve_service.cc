@@ -61,7 +61,11 @@ grpc::ServerUnaryReactor* KServeService::ServerMetadata(
     inference::ServerMetadataResponse* response) {
   response->set_name("convserve");
   response->set_version(kConvServeVersion);
-  // Triton's names for the extensions served here.
+  // Triton's names for the extensions served here (README, "Triton
+  // compatibility"); model_repository without loading from disk.
+  response->add_extensions("model_configuration");
+  response->add_extensions("statistics");
+  response->add_extensions("model_repository");
   response->add_extensions("system_shared_memory");
   if (shared_memory_->serves_cuda()) response->add_extensions("cuda_shared_memory");
   return Finish(context, absl::OkStatus());
@@ -148,7 +152,7 @@ grpc::ServerUnaryReactor* KServeService::ModelInfer(grpc::CallbackServerContext*
   absl::StatusOr<WireInferRequest> wire = ParseModelInferRequest(
       *request_bytes, [runner](size_t bytes) { return runner->AllocateHostBuffer(bytes); });
   if (!wire.ok()) {
-    metrics_->RequestRejected("", "kserve", wire.status().code());
+    metrics_->RequestRejected("", "kserve", wire.status().code(), 0);
     reactor->Finish(ToGrpcStatus(wire.status()));
     return reactor;
   }
@@ -204,7 +208,8 @@ void KServeService::StartInfer(const inference::ModelInferRequest& request,
                                std::function<bool()> cancelled, BufferDone done) {
   const absl::Time start = absl::Now();
   const auto reject = [&](const absl::Status& status, const std::string& graph) {
-    metrics_->RequestRejected(graph, "kserve", status.code());
+    metrics_->RequestRejected(graph, "kserve", status.code(),
+                              absl::ToDoubleSeconds(absl::Now() - start));
     done(status, nullptr);
   };
   absl::StatusOr<std::shared_ptr<const Graph>> graph =

@@ -11,6 +11,8 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -209,6 +211,14 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "convserve-server: gRPC inference for conv -> bias -> activation graphs.\n"
       "  convserve-server --listen=0.0.0.0:8001 --backend=auto");
+  // --help lists the flags of the file that defines them; absl's default
+  // looks for a file named after the binary (convserve-x.cc) and finds none.
+  absl::FlagsUsageConfig usage_config;
+  usage_config.contains_help_flags = [](absl::string_view file) {
+    return absl::EndsWith(file, "server/main.cc");
+  };
+  usage_config.contains_helpshort_flags = usage_config.contains_help_flags;
+  absl::SetFlagsUsageConfig(usage_config);
   absl::ParseCommandLine(argc, argv);
   return convserve::Run();
 }

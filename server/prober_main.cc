@@ -20,6 +20,8 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -222,6 +224,14 @@ int Run() {
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "convserve-prober: cuDNN engine searches for convserve-server, in their own process.");
+  // --help lists the flags of the file that defines them; absl's default
+  // looks for a file named after the binary (convserve-x.cc) and finds none.
+  absl::FlagsUsageConfig usage_config;
+  usage_config.contains_help_flags = [](absl::string_view file) {
+    return absl::EndsWith(file, "server/prober_main.cc");
+  };
+  usage_config.contains_helpshort_flags = usage_config.contains_help_flags;
+  absl::SetFlagsUsageConfig(usage_config);
   absl::ParseCommandLine(argc, argv);
   return convserve::Run();
 }

@@ -8,6 +8,8 @@
 #include <exception>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "server/inference_core.h"
 #include "server/version.h"
 
@@ -251,16 +253,25 @@ void ServerMetrics::RequestFinished(const std::string& graph, const std::string&
     s.set_bytes_out(s.bytes_out() + bytes_out);
   } else {
     s.set_failure_count(s.failure_count() + 1);
+    AddStage(s.mutable_failure(), seconds);
   }
   s.set_bytes_in(s.bytes_in() + bytes_in);
+  s.set_last_request_unix_ms(absl::ToUnixMillis(absl::Now()));
 }
 
 void ServerMetrics::RequestRejected(const std::string& graph, const std::string& protocol,
-                                    absl::StatusCode code) {
+                                    absl::StatusCode code, double seconds) {
   requests_->Add({{"graph", graph.empty() ? "_unknown" : GraphLabel(graph)},
                   {"protocol", protocol},
                   {"code", absl::StatusCodeToString(code)}})
       .Increment();
+  if (graph.empty()) return;
+  absl::MutexLock lock(&mu_);
+  v1::GraphStatistics& s = statistics_[graph];
+  s.set_name(graph);
+  s.set_failure_count(s.failure_count() + 1);
+  AddStage(s.mutable_failure(), seconds);
+  s.set_last_request_unix_ms(absl::ToUnixMillis(absl::Now()));
 }
 
 void ServerMetrics::PlanBuilt(const PlanBuildEvent& event) {

@@ -56,9 +56,10 @@ class ServerMetrics {
                        const std::string& protocol, absl::StatusCode code, double seconds,
                        const InferTimings& timings, int64_t bytes_in, int64_t bytes_out);
   // A request refused before it was accepted (unknown graph, malformed
-  // tensor): counted under graph "_unknown" when its graph is not loaded.
+  // tensor) after `seconds`: counted under graph "_unknown" when its graph is
+  // not loaded, else also as a failure in the graph's statistics.
   void RequestRejected(const std::string& graph, const std::string& protocol,
-                       absl::StatusCode code);
+                       absl::StatusCode code, double seconds);
   void PlanBuilt(const PlanBuildEvent& event);
 
   // Cumulative per-graph counts and durations (convserve.v1 GetStatistics);

@@ -36,7 +36,8 @@ READY_TIMEOUT_S = 20
 LOAD_TIMEOUT_S = 60
 STOP_TIMEOUT_S = 30
 
-PROTO_FILES = ["inference/grpc_predict_v2.proto", "convserve/v1/convserve.proto"]
+PROTO_FILES = ["inference/model_config.proto", "inference/grpc_predict_v2.proto",
+               "convserve/v1/convserve.proto"]
 
 
 class Fatal(Exception):

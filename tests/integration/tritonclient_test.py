@@ -35,6 +35,7 @@ sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "test_util"))
 from server_process import (Checks, ServerProcess, clean_env,  # noqa: E402
                             die_with_parent)
+from tritonclient_model_checks import ModelChecks, fnv1a64  # noqa: E402
 
 RPC_TIMEOUT_S = 30
 LOAD_TIMEOUT_S = 120
@@ -56,6 +57,8 @@ class Model:
         self.input_seed = input_seed
         self.input = None  # bytes
         self.output = None  # bytes, from convserve-load (convserve.v1 Infer)
+        self.checksum = None  # fnv1a64 of output, as convserve-load printed it
+        self.graph_id = None
         self.output_shape = None  # logical
 
     def byte_order(self, logical):
@@ -84,7 +87,7 @@ def reexec_in_venv(venv):
     os.execv(python, [python] + sys.argv)
 
 
-class Test:
+class Test(ModelChecks):
     def __init__(self, args):
         self.args = args
         self.work = os.path.abspath(args.work_dir)
@@ -185,6 +188,9 @@ class Test:
         assert list(got.shape) == want_shape, "shape %s, want %s" % (list(got.shape), want_shape)
         assert got.dtype == self.np_dtype(model.datatype), "dtype %s" % got.dtype
         assert got.tobytes() == model.output, "output differs from the C++ client's"
+        got_checksum = "%016x" % fnv1a64(got.tobytes())
+        assert got_checksum == model.checksum, "fnv1a64 %s, convserve-load printed %s" % (
+            got_checksum, model.checksum)
 
     # ---- server and graphs ---------------------------------------------------
 
@@ -223,17 +229,24 @@ class Test:
         text = done.stdout.decode(errors="replace")
         assert done.returncode == 0, "convserve-load exited with %d:\n%s" % (done.returncode, text)
         assert "loaded graph '%s'" % model.name in text, "no 'loaded graph' line:\n" + text
-        m = re.search(r"^output \[([0-9, ]*)\] (\w+):", text, re.M)
+        m = re.search(r"^output \[([0-9, ]*)\] (\w+):.* fnv1a64=([0-9a-f]{16})", text, re.M)
         assert m, "no output line in convserve-load's output:\n" + text
         model.output_shape = [int(d) for d in m.group(1).split(",")]
+        graph_id = re.search(r"^loaded graph '[^']*' id=([0-9a-f]+)", text, re.M)
+        assert graph_id, "no graph id in convserve-load's output:\n" + text
+        model.graph_id = graph_id.group(1)
         with open(in_path, "rb") as f:
             model.input = f.read()
         with open(out_path, "rb") as f:
             model.output = f.read()
         assert len(model.input) == self.input_array(model).nbytes
-        return "%s input %s, output %s %s (%d bytes)" % (model.datatype, model.input_shape,
-                                                         model.output_shape, m.group(2),
-                                                         len(model.output))
+        # Every later comparison is with these bytes: they must be what
+        # convserve-load printed the checksum of.
+        model.checksum = m.group(3)
+        assert "%016x" % fnv1a64(model.output) == model.checksum, "saved output differs"
+        return "%s input %s, output %s %s (%d bytes, fnv1a64=%s)" % (
+            model.datatype, model.input_shape, model.output_shape, m.group(2),
+            len(model.output), model.checksum)
 
     # ---- health and metadata ---------------------------------------------------
 
@@ -252,7 +265,9 @@ class Test:
         assert md.name == "convserve", "name %r" % md.name
         assert md.version, "no version"
         extensions = list(md.extensions)
-        assert "system_shared_memory" in extensions, "extensions %s" % extensions
+        # Exactly what is served on a CPU server.
+        want = ["model_configuration", "statistics", "model_repository", "system_shared_memory"]
+        assert sorted(extensions) == sorted(want), "extensions %s, want %s" % (extensions, want)
         # A CPU server serves no CUDA shared memory.
         assert "cuda_shared_memory" not in extensions, "extensions %s" % extensions
         return "name=%s version=%s extensions=%s" % (md.name, md.version, extensions)
@@ -293,7 +308,8 @@ class Test:
                                    request_id="raw-" + model.name, client_timeout=RPC_TIMEOUT_S)
         self.check_raw_result(model, result)
         assert result.get_response().id == "raw-" + model.name
-        return "%d output bytes identical to the C++ client's" % len(model.output)
+        return "%d output bytes identical to the C++ client's (fnv1a64=%s)" % (
+            len(model.output), model.checksum)
 
     def check_output_in_region(self, model, result, region, offset):
         out = result.get_output("output")
@@ -537,8 +553,20 @@ class Test:
             c.run("is_model_ready(no_such_model)", self.check_unknown_model_not_ready)
             for m in loaded:
                 c.run("get_model_metadata(%s)" % m.name, self.check_model_metadata, m)
+            for m in loaded:
+                c.run("get_model_config(%s)" % m.name, self.check_model_config, m)
+            c.run("get_model_config(no_such_model) -> NOT_FOUND", self.check_model_config_unknown)
+            c.run("get_model_repository_index", self.check_repository_index, loaded)
             raw_ok = [m for m in loaded
                       if c.run("infer %s, raw bytes" % m.name, self.check_infer_raw, m)[0]]
+            if raw_ok:
+                c.run("async_infer, every model at once", self.check_async_infer, raw_ok)
+            for m in raw_ok:
+                c.run("get_inference_statistics(%s) after one success and one failure" % m.name,
+                      self.check_statistics, m)
+            c.run("get_inference_statistics() (all)", self.check_statistics_all, loaded)
+            c.run("get_inference_statistics(no_such_model) -> NOT_FOUND",
+                  self.check_statistics_unknown)
             for m in raw_ok:
                 c.run("infer %s, input and output in system shared memory" % m.name,
                       self.check_infer_shm_separate, m)
@@ -564,6 +592,27 @@ class Test:
             c.run("unregister_system_shared_memory() (all)", self.check_unregister_all)
             if len(raw_ok) == len(MODELS):
                 c.run("start_stream / async_stream_infer / stop_stream", self.check_stream)
+            c.run("register_cuda_shared_memory on a CPU server -> FAILED_PRECONDITION",
+                  self.check_cuda_register)
+            c.run("get_cuda_shared_memory_status", self.check_cuda_status)
+            c.run("unregister_cuda_shared_memory", self.check_cuda_unregister)
+            c.run("get_log_settings -> UNIMPLEMENTED", self.check_unimplemented,
+                  self.client.get_log_settings)
+            c.run("update_log_settings -> UNIMPLEMENTED", self.check_unimplemented,
+                  self.client.update_log_settings, {"log_verbose_level": 1})
+            c.run("get_trace_settings -> UNIMPLEMENTED", self.check_unimplemented,
+                  self.client.get_trace_settings)
+            c.run("update_trace_settings -> UNIMPLEMENTED", self.check_unimplemented,
+                  self.client.update_trace_settings, None, {"trace_rate": "1"})
+            if loaded:
+                c.run("load_model(%s), already loaded" % loaded[0].name, self.check_load_loaded,
+                      loaded[0])
+                c.run("load_model with a config -> UNIMPLEMENTED", self.check_load_with_config,
+                      loaded[0])
+            if raw_ok:
+                c.run("unload_model(%s), then load_model" % raw_ok[0].name,
+                      self.check_unload_and_load, raw_ok[0])
+            c.run("unload_model(no_such_model) -> NOT_FOUND", self.check_unload_unknown)
         finally:
             try:
                 self.destroy_regions()

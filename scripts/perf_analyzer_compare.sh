@@ -1,0 +1,128 @@
+#!/usr/bin/env bash
+# NVIDIA's perf_analyzer beside convserve-load, on a GPU host from a bundle
+# (scripts/bundle.sh): one default-flag server, one graph and input shape,
+# closed loop at concurrency 1 and 16 over KServe gRPC, once with tensors in
+# the messages and once in system shared memory. perf_analyzer comes from the
+# wheel `scripts/setup.sh --perf-analyzer` downloads (the GPU host reaches no
+# registry; the binary needs glibc >= 2.38, so it does not run on Debian 12).
+# Prints perf_analyzer's table, then convserve-load's; logs go to $OUT.
+#   BUNDLE=bundle WHEELS=.perf-analyzer OUT=/tmp/pa scripts/perf_analyzer_compare.sh
+# GRAPH (a graph file) and SHAPE (logical N,C,H,W) choose another graph; the
+# default is the data-path benchmark's 3x3 64->64 float16 NHWC layer.
+set -uo pipefail
+bundle="${BUNDLE:-bundle}"
+wheels="${WHEELS:-.perf-analyzer}"
+out="${OUT:-perf_analyzer_logs}"
+graph="${GRAPH:-tests/bench/conv64_nhwc.textproto}"
+shape="${SHAPE:-1,64,56,56}"
+window_ms="${WINDOW_MS:-3000}"
+port=18111
+mkdir -p "$out"
+export LD_LIBRARY_PATH="$PWD/$bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+bin="$bundle/bin"
+
+wheel=$(ls "$wheels"/perf_analyzer-*.whl 2>/dev/null | head -1)
+[ -n "$wheel" ] || { echo "no perf_analyzer wheel in $wheels: run scripts/setup.sh --perf-analyzer where PyPI is reachable and carry $wheels"; exit 2; }
+rm -rf "$out/perf_analyzer"
+python3 -m zipfile -e "$wheel" "$out/perf_analyzer" || exit 2
+pa="$out/perf_analyzer/perf_analyzer/bin/perf_analyzer"
+chmod +x "$pa"
+"$pa" --version > "$out/pa_version.txt" 2>&1 || { echo "perf_analyzer does not run here:"; cat "$out/pa_version.txt"; exit 2; }
+
+nvidia-smi -L | tee "$out/device.txt"
+"$bin/convserve-server" --listen=127.0.0.1:$port --metrics_listen= > "$out/server.log" 2>&1 &
+server=$!
+trap 'kill -TERM $server 2>/dev/null; wait $server 2>/dev/null' EXIT
+"$bin/convserve-health" --server=127.0.0.1:$port --wait_seconds=60 > /dev/null || {
+  echo "server did not start"; cat "$out/server.log"; exit 1; }
+
+# Load the graph (weights from --seed) and learn its name, layout and output.
+"$bin/convserve-load" --server=127.0.0.1:$port --graph_file="$graph" --input_shape="$shape" \
+  --requests=1 > "$out/load_graph.log" 2>&1 || { cat "$out/load_graph.log"; exit 1; }
+model=$(sed -n "s/^loaded graph '\([^']*\)'.*/\1/p" "$out/load_graph.log")
+IFS=, read -r -a dims <<< "$shape"
+# KServe shapes are in byte order: N, spatial..., C for channels-last graphs.
+if grep -q "NHWC\|NDHWC" "$out/load_graph.log"; then
+  kserve_shape="${dims[0]},$(IFS=,; echo "${dims[*]:2}"),${dims[1]}"
+else
+  kserve_shape="$shape"
+fi
+# convserve-load prints the output's shape; its bytes follow from the dtype.
+output_bytes=$(python3 - "$out/load_graph.log" <<'PY'
+import re, sys
+text = open(sys.argv[1]).read()
+m = re.search(r"^output \[([0-9, ]*)\] (\w+):", text, re.M)
+n = 1
+for d in m.group(1).split(","):
+    n *= int(d)
+print(n * (4 if m.group(2) == "FLOAT32" else 2))
+PY
+)
+echo "model $model, KServe input shape [$kserve_shape], output $output_bytes bytes" | tee "$out/model.txt"
+
+# pa NAME CONCURRENCY EXTRA_FLAGS...: perf_analyzer, one level, CSV in $out.
+pa() {
+  local name=$1 concurrency=$2
+  shift 2
+  timeout 300 "$pa" -m "$model" -i grpc -u 127.0.0.1:$port --shape "input:$kserve_shape" \
+    --concurrency-range "$concurrency" --measurement-interval "$window_ms" \
+    --stability-percentage 20 --max-trials 6 -f "$out/pa_$name.csv" "$@" \
+    > "$out/pa_$name.log" 2>&1
+  echo "perf_analyzer $name rc=$?"
+}
+# cl NAME CONCURRENCY EXTRA_FLAGS...: convserve-load, the same level.
+cl() {
+  local name=$1 concurrency=$2
+  shift 2
+  timeout 300 "$bin/convserve-load" --server=127.0.0.1:$port --graph_file="$graph" \
+    --input_shape="$shape" --protocol=kserve --concurrency_range="$concurrency" \
+    --warmup=1s --window="${window_ms}ms" --stable_windows=2 --max_windows=6 \
+    --csv="$out/cl_$name.csv" "$@" > "$out/cl_$name.log" 2>&1
+  echo "convserve-load $name rc=$?"
+}
+
+for c in 1 16; do
+  pa "msg_c$c" "$c"
+  pa "sys_c$c" "$c" --shared-memory system --output-shared-memory-size "$output_bytes"
+  cl "msg_c$c" "$c"
+  cl "sys_c$c" "$c" --shared_memory=system
+done
+
+python3 - "$out" <<'PY'
+import csv, os, sys
+out = sys.argv[1]
+rows = []
+for tool, prefix in (("perf_analyzer", "pa"), ("convserve-load", "cl")):
+    for transport, tag in (("message", "msg"), ("system shm", "sys")):
+        for c in (1, 16):
+            path = os.path.join(out, "%s_%s_c%d.csv" % (prefix, tag, c))
+            row = {"tool": tool, "transport": transport, "concurrency": c}
+            try:
+                with open(path) as f:
+                    data = list(csv.DictReader(f))
+                last = data[-1]
+                if prefix == "pa":  # microseconds
+                    row["rps"] = float(last["Inferences/Second"])
+                    for q in ("p50", "p90", "p99"):
+                        row[q] = float(last["%s latency" % q]) / 1000
+                else:
+                    row["rps"] = float(last["throughput_rps"])
+                    for q in ("p50", "p90", "p99"):
+                        row[q] = float(last["latency_%s_ms" % q])
+            except Exception as e:  # a failed run shows as a row with its reason
+                row["error"] = "%s: %s" % (type(e).__name__, e)
+            rows.append(row)
+print("%-15s %-11s %11s %10s %8s %8s %8s" % ("tool", "transport", "concurrency", "infer/s",
+                                             "p50 ms", "p90 ms", "p99 ms"))
+for r in rows:
+    if "error" in r:
+        print("%-15s %-11s %11d   no result (%s)" % (r["tool"], r["transport"],
+                                                     r["concurrency"], r["error"]))
+    else:
+        print("%-15s %-11s %11d %10.1f %8.3f %8.3f %8.3f" % (
+            r["tool"], r["transport"], r["concurrency"], r["rps"], r["p50"], r["p90"], r["p99"]))
+PY
+echo "--- perf_analyzer's own summary (server-side figures come from ModelStatistics)"
+for f in "$out"/pa_*.log; do echo "== $(basename "$f")"; sed -n '/Client:/,/Server:/p;/Inferences\/Second vs/,$p' "$f"; done
+echo "--- convserve-load's own tables"
+for f in "$out"/cl_*.log; do echo "== $(basename "$f")"; grep -A2 "^ *concurrency " "$f"; done

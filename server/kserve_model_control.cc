@@ -1,0 +1,143 @@
+// KServeService: Triton's model configuration, statistics and model
+// repository extensions, and the trace and logging ones it does not serve.
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "server/grpc_status.h"
+#include "server/kserve_model_config.h"
+#include "server/kserve_service.h"
+#include "server/kserve_statistics.h"
+
+namespace convserve {
+namespace {
+
+grpc::ServerUnaryReactor* Finish(grpc::CallbackServerContext* context,
+                                 const absl::Status& status) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(ToGrpcStatus(status));
+  return reactor;
+}
+
+// convserve has one repository, the loaded graphs, and it has no name.
+absl::Status CheckRepositoryName(const std::string& repository_name) {
+  if (repository_name.empty()) return absl::OkStatus();
+  return absl::NotFoundError(absl::StrCat("convserve has no repository named '", repository_name,
+                                          "'; leave repository_name empty"));
+}
+
+}  // namespace
+
+grpc::ServerUnaryReactor* KServeService::ModelConfig(grpc::CallbackServerContext* context,
+                                                     const inference::ModelConfigRequest* request,
+                                                     inference::ModelConfigResponse* response) {
+  absl::StatusOr<std::shared_ptr<const Graph>> graph =
+      FindModel(request->name(), request->version());
+  if (!graph.ok()) return Finish(context, graph.status());
+  KServeModelConfigToProto(**graph, response->mutable_config());
+  return Finish(context, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* KServeService::ModelStatistics(
+    grpc::CallbackServerContext* context, const inference::ModelStatisticsRequest* request,
+    inference::ModelStatisticsResponse* response) {
+  std::vector<std::shared_ptr<const Graph>> graphs;
+  if (request->name().empty()) {
+    if (!request->version().empty()) {
+      return Finish(context, absl::InvalidArgumentError(
+                                 "a version without a model name; give the name too"));
+    }
+    graphs = core_->ListGraphs();
+  } else {
+    absl::StatusOr<std::shared_ptr<const Graph>> graph =
+        FindModel(request->name(), request->version());
+    if (!graph.ok()) return Finish(context, graph.status());
+    graphs.push_back(*std::move(graph));
+  }
+  // Figures are kept by graph name; a loaded graph that has served nothing
+  // is listed with zeros, as Triton lists it.
+  const v1::GetStatisticsResponse figures = metrics_->Statistics("");
+  for (const std::shared_ptr<const Graph>& graph : graphs) {
+    v1::GraphStatistics graph_figures;
+    for (const v1::GraphStatistics& g : figures.graphs()) {
+      if (g.name() == graph->name()) graph_figures = g;
+    }
+    KServeStatisticsToProto(graph->name(), graph_figures, response->add_model_stats());
+  }
+  return Finish(context, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* KServeService::RepositoryIndex(
+    grpc::CallbackServerContext* context, const inference::RepositoryIndexRequest* request,
+    inference::RepositoryIndexResponse* response) {
+  absl::Status status = CheckRepositoryName(request->repository_name());
+  if (!status.ok()) return Finish(context, status);
+  // Every listed graph is loaded, so ready: `ready` filters nothing out.
+  for (const std::shared_ptr<const Graph>& graph : core_->ListGraphs()) {
+    inference::RepositoryIndexResponse::ModelIndex* model = response->add_models();
+    model->set_name(graph->name());
+    model->set_version("1");
+    model->set_state("READY");
+  }
+  return Finish(context, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* KServeService::RepositoryModelLoad(
+    grpc::CallbackServerContext* context, const inference::RepositoryModelLoadRequest* request,
+    inference::RepositoryModelLoadResponse*) {
+  absl::Status status = CheckRepositoryName(request->repository_name());
+  if (!status.ok()) return Finish(context, status);
+  const std::string& name = request->model_name();
+  if (name.empty()) return Finish(context, absl::InvalidArgumentError("model_name is required"));
+  for (const auto& [key, value] : request->parameters()) {
+    if (key == "config" || absl::StartsWith(key, "file:")) {
+      return Finish(context,
+                    absl::UnimplementedError(absl::StrCat(
+                        "loading model '", name, "' from parameter '", key,
+                        "' is not supported: convserve loads graphs (convserve.v1.GraphDef), "
+                        "not Triton model files; register the graph with "
+                        "convserve.v1.ConvServe/LoadGraph, e.g. convserve-load --graph_file=FILE")));
+    }
+  }
+  // A loaded graph cannot change under its name (a different graph is
+  // ALREADY_EXISTS), so reloading it is a no-op.
+  if (core_->FindGraph(name).ok()) return Finish(context, absl::OkStatus());
+  return Finish(context,
+                absl::FailedPreconditionError(absl::StrCat(
+                    "model '", name,
+                    "' is not loaded, and convserve-server has no model repository to load it "
+                    "from: register the graph with convserve.v1.ConvServe/LoadGraph, e.g. "
+                    "convserve-load --graph_file=FILE (then load_model of its name succeeds)")));
+}
+
+grpc::ServerUnaryReactor* KServeService::RepositoryModelUnload(
+    grpc::CallbackServerContext* context, const inference::RepositoryModelUnloadRequest* request,
+    inference::RepositoryModelUnloadResponse*) {
+  absl::Status status = CheckRepositoryName(request->repository_name());
+  if (!status.ok()) return Finish(context, status);
+  absl::StatusOr<std::shared_ptr<const Graph>> graph = FindModel(request->model_name(), "");
+  if (!graph.ok()) return Finish(context, graph.status());
+  // Requests already holding the graph finish with it.
+  status = core_->UnloadGraph((*graph)->id());
+  if (absl::IsNotFound(status)) {
+    status = absl::NotFoundError(absl::StrCat("model '", request->model_name(),
+                                              "' is not loaded"));
+  }
+  return Finish(context, status);
+}
+
+grpc::ServerUnaryReactor* KServeService::TraceSetting(grpc::CallbackServerContext* context,
+                                                      const inference::TraceSettingRequest*,
+                                                      inference::TraceSettingResponse*) {
+  return Finish(context, absl::UnimplementedError(
+                             "convserve does not serve Triton's trace extension; per-stage "
+                             "timings are in ModelStatistics and on /metrics"));
+}
+
+grpc::ServerUnaryReactor* KServeService::LogSettings(grpc::CallbackServerContext* context,
+                                                     const inference::LogSettingsRequest*,
+                                                     inference::LogSettingsResponse*) {
+  return Finish(context, absl::UnimplementedError(
+                             "convserve does not serve Triton's logging extension; set the level "
+                             "with convserve-server --log_level"));
+}
+
+}  // namespace convserve
