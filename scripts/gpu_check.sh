@@ -11,7 +11,7 @@ mkdir -p "$out"
 export LD_LIBRARY_PATH="$PWD/$bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export CONVSERVE_SOURCE_DIR="$PWD"
 bin="$bundle/bin"
-steps="${STEPS:-tests fault oracle runtime server bench}"
+steps="${STEPS:-tests graphs fault oracle runtime server bench}"
 
 nvidia-smi -L | tee "$out/device.txt"
 summary=()
@@ -27,6 +27,17 @@ if [[ " $steps " == *" tests "* ]]; then
   rc=$?
   grep -E "relative L2|FAILED|Failure" "$out/gpu_server_test.log"
   summary+=("gpu_server_test rc=$rc $(grep -E '^\[  PASSED  \]' "$out/gpu_server_test.log")")
+fi
+
+if [[ " $steps " == *" graphs "* ]]; then
+  # Whole-graph CUDA graphs: random graphs with --cuda_graphs on and off,
+  # replays, in-place pointers, unload/reload, cancellation, fallback.
+  timeout 420 "$bin/cuda_graph_test" > "$out/cuda_graph_test.log" 2>&1
+  rc=$?
+  grep -E "^cuda_graphs=|^in-place|^capture failure|FAILED|Failure" "$out/cuda_graph_test.log" \
+    | head -30
+  grep -E "CUDA graph (capture|launch) failed" "$out/cuda_graph_test.log" | cut -c1-260 | head -10
+  summary+=("cuda_graph_test rc=$rc $(grep -E '^\[  PASSED  \]|FAILED TEST' "$out/cuda_graph_test.log" | tr '\n' ' ')")
 fi
 
 if [[ " $steps " == *" fault "* ]]; then
@@ -74,7 +85,7 @@ if [[ " $steps " == *" server "* ]]; then
     > "$out/load.log" 2>&1
   python3 -c "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:8002/metrics').read().decode())" \
     > "$out/metrics.txt" 2>&1
-  grep -E "^convserve_(requests_total|plan_builds_total|gpu_memory|build_info|plan_cache)" "$out/metrics.txt"
+  grep -E "^convserve_(requests_total|plan_builds_total|gpu_memory|build_info|plan_cache|cuda_graph|cached_cuda_graphs)" "$out/metrics.txt"
   if [ -x "$bin/promtool" ]; then
     "$bin/promtool" check metrics < "$out/metrics.txt" && echo "promtool check metrics: OK"
   fi

@@ -51,6 +51,8 @@ struct BackendConfig {
   double prober_candidate_timeout_seconds = 120;
   // Log level name for the probers.
   std::string log_level = "info";
+  // Capture each request's layer launches into CUDA graphs and replay them.
+  bool cuda_graphs = true;
   // Test hooks (see DevicePoolOptions).
   std::string testing_fault_graph;
   int testing_fault_candidate_rank = -1;

@@ -62,6 +62,10 @@ ABSL_FLAG(std::string, cudnn_errata, "",
 ABSL_FLAG(double, gpu_failure_exit_delay_seconds, 0,
           "after a lost CUDA context: how long to keep answering (health NOT_SERVING, requests "
           "UNAVAILABLE, /metrics) before draining and exiting with status 3");
+ABSL_FLAG(bool, cuda_graphs, true,
+          "GPU: capture each request's layer launches into CUDA graphs (per graph, input shape, "
+          "worker and in-place pointers, the second time they run) and replay them; false runs "
+          "every layer as plain launches");
 ABSL_FLAG(std::string, testing_fault_graph, "",
           "testing only: requests for the graph of this name make a misaligned write on the "
           "GPU, losing its CUDA context");
@@ -141,6 +145,7 @@ int Run() {
   backend_config.prober_candidate_timeout_seconds =
       absl::GetFlag(FLAGS_prober_candidate_timeout_seconds);
   backend_config.log_level = log_level;
+  backend_config.cuda_graphs = absl::GetFlag(FLAGS_cuda_graphs);
   backend_config.testing_fault_graph = absl::GetFlag(FLAGS_testing_fault_graph);
   backend_config.testing_fault_candidate_rank = absl::GetFlag(FLAGS_testing_fault_candidate_rank);
   absl::StatusOr<RunnerChoice> choice = MakeRunner(backend_config);

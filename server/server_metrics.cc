@@ -133,6 +133,29 @@ class ServerMetrics::RuntimeCollector : public prometheus::Collectable {
           "convserve_engine_candidates_vetoed_total",
           "Engine candidates not run because an earlier verdict quarantined them.",
           MetricType::Counter, {Value({}, e.vetoed, true)}));
+      const CudaGraphStats& g = stats.cuda_graphs;
+      families.push_back(Family(
+          "convserve_cuda_graph_captures_total",
+          "Requests whose layer launches were captured into CUDA graphs (new or updated in "
+          "place), on the second run of a graph, input shape and pointers on a worker.",
+          MetricType::Counter, {Value({}, g.captures, true)}));
+      families.push_back(Family(
+          "convserve_cuda_graph_replays_total",
+          "Requests whose layers ran as CUDA graphs an earlier request captured.",
+          MetricType::Counter, {Value({}, g.replays, true)}));
+      families.push_back(Family(
+          "convserve_cuda_graph_capture_fallbacks_total",
+          "CUDA graph captures (or launches) that failed; the request ran plain launches and its "
+          "graph and shape are not captured again on that worker.",
+          MetricType::Counter, {Value({}, g.fallbacks, true)}));
+      families.push_back(Family(
+          "convserve_cuda_graph_invalidations_total",
+          "Captured CUDA graphs dropped because what they captured changed (unload, reload, plan "
+          "eviction or rebuild, worker buffer growth).",
+          MetricType::Counter, {Value({}, g.invalidations, true)}));
+      families.push_back(Family("convserve_cached_cuda_graphs",
+                                "Captured requests held by the workers.", MetricType::Gauge,
+                                {Value({}, g.entries, false)}));
     }
     return families;
   }

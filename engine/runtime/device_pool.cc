@@ -13,10 +13,12 @@
 #include "absl/time/clock.h"
 #include "engine/backend.h"
 #include "engine/cudnn/candidate_search.h"
+#include "engine/cudnn/captured_layers.h"
 #include "engine/cudnn/cuda_resources.h"
 #include "engine/cudnn/cudnn_backend.h"
 #include "engine/cudnn/cudnn_status.h"
 #include "engine/cudnn/probe_buffers.h"
+#include "engine/runtime/layer_segments.h"
 #include "engine/runtime/prober_protocol.h"
 #include "engine/status_macros.h"
 #include "spdlog/spdlog.h"
@@ -52,6 +54,9 @@ struct DevicePool::Worker {
   CudaEvent layer_done;
   DeviceBuffer input, ping, pong, workspace;
   PinnedBuffer staging_in, staging_out;
+  // Requests captured on this worker's stream; cleared whenever one of the
+  // device buffers above is reallocated (captures hold their addresses).
+  std::unique_ptr<CudaGraphCache<CapturedLayers>> graphs;
   std::thread thread;
 };
 
@@ -90,11 +95,13 @@ constexpr double kMaxQueuedAheadMs = 2.0;
 constexpr double kAssumedMacsPerMs = 20e9;
 
 // Grows `buffer` to at least `bytes` (never shrinks: a worker's buffers
-// settle at the largest request it has served).
+// settle at the largest request it has served); sets `*moved` when it was
+// reallocated.
 template <typename Buffer>
-absl::Status Grow(Buffer* buffer, size_t bytes) {
+absl::Status Grow(Buffer* buffer, size_t bytes, bool* moved = nullptr) {
   if (buffer->bytes() >= bytes) return absl::OkStatus();
   ASSIGN_OR_RETURN(*buffer, Buffer::Create(bytes));
+  if (moved != nullptr) *moved = true;
   return absl::OkStatus();
 }
 
@@ -167,6 +174,10 @@ absl::StatusOr<std::unique_ptr<DevicePool>> DevicePool::Create(const DevicePoolO
   if (options.max_queued_per_device < 1) {
     return absl::InvalidArgumentError(absl::StrCat("the per-GPU queue must hold >= 1, got ",
                                                    options.max_queued_per_device));
+  }
+  if (options.cuda_graph_cache.max_entries < 1 || options.cuda_graph_cache.max_variants < 1 ||
+      options.cuda_graph_cache.max_seen < 1) {
+    return absl::InvalidArgumentError("the CUDA graph cache bounds must be >= 1");
   }
   std::vector<int> ordinals = options.devices;
   if (ordinals.empty()) {
@@ -251,6 +262,8 @@ absl::StatusOr<std::unique_ptr<DevicePool>> DevicePool::Create(const DevicePoolO
         ASSIGN_OR_RETURN(event, CudaEvent::Create());
       }
       ASSIGN_OR_RETURN(worker->layer_done, CudaEvent::Create());
+      worker->graphs =
+          std::make_unique<CudaGraphCache<CapturedLayers>>(options.cuda_graph_cache);
       device->workers.push_back(std::move(worker));
     }
     pool->devices_.push_back(std::move(device));
@@ -291,7 +304,11 @@ std::string DevicePool::Describe() const {
                           ? "engine searches IN-PROCESS (no prober: a faulting candidate "
                             "loses the GPU)"
                           : absl::StrCat("engine searches in ", options_.prober_binary),
-                      "; plan store ", store_->directory());
+                      "; plan store ", store_->directory(), "; CUDA graphs ",
+                      options_.cuda_graphs
+                          ? absl::StrCat("on (", options_.cuda_graph_cache.max_entries,
+                                         " per worker)")
+                          : "off (--cuda_graphs=false)");
 }
 
 bool DevicePool::healthy() const {
@@ -347,6 +364,19 @@ void DevicePool::RemoveGraph(const std::string& graph_id) {
     graphs_.erase(graph_id);
   }
   plans_.EraseIf([&](const PlanKey& key) { return key.graph_id == graph_id; });
+  // Captures of the graph go too (they would be stale anyway: they hold its
+  // weights only weakly), so an unloaded graph keeps no executable graphs.
+  for (const auto& device : devices_) {
+    for (const auto& worker : device->workers) worker->graphs->EraseGraph(graph_id);
+  }
+}
+
+CudaGraphStats DevicePool::cuda_graph_stats() const {
+  CudaGraphStats stats;
+  for (const auto& device : devices_) {
+    for (const auto& worker : device->workers) stats.Add(worker->graphs->stats());
+  }
+  return stats;
 }
 
 void DevicePool::Submit(InferCall call) {
@@ -475,6 +505,7 @@ RunnerStats DevicePool::Stats() const {
     if (device->prober != nullptr) stats.engine_search.searches += device->prober->stats().searches;
   }
   stats.plans = plans_.stats();
+  stats.cuda_graphs = cuda_graph_stats();
   stats.versions = versions_;
   return stats;
 }
@@ -790,9 +821,11 @@ absl::Status DevicePool::Execute(Device& device, Worker& worker, Task& task,
   const bool output_on_device = out_memory && out_memory->kind == TensorMemory::Kind::kDevice;
   const bool input_direct = input_on_device || (in_memory && in_memory->pinned);
   const bool output_direct = output_on_device || (out_memory && out_memory->pinned);
-  if (!input_in_place) RETURN_IF_ERROR(Grow(&worker.input, in_bytes));
-  RETURN_IF_ERROR(Grow(&worker.ping, largest * element));
-  if (problems.size() > 1) RETURN_IF_ERROR(Grow(&worker.pong, largest * element));
+  // Captured graphs hold the addresses of these buffers.
+  bool moved = false;
+  if (!input_in_place) RETURN_IF_ERROR(Grow(&worker.input, in_bytes, &moved));
+  RETURN_IF_ERROR(Grow(&worker.ping, largest * element, &moved));
+  if (problems.size() > 1) RETURN_IF_ERROR(Grow(&worker.pong, largest * element, &moved));
   if (!input_direct) RETURN_IF_ERROR(Grow(&worker.staging_in, in_bytes));
   if (!output_direct) RETURN_IF_ERROR(Grow(&worker.staging_out, out_bytes));
   const DeviceWeights& weights = *task.resources->weights[device.slot];
@@ -808,8 +841,8 @@ absl::Status DevicePool::Execute(Device& device, Worker& worker, Task& task,
     task.quarantine_keys.push_back(QuarantineKey(device.target.Key(), problems[i], plan->id()));
     plans.push_back(std::move(plan));
   }
-  RETURN_IF_ERROR(Grow(&worker.workspace, workspace));
-  timings->build = Seconds(absl::Now() - start);
+  RETURN_IF_ERROR(Grow(&worker.workspace, workspace, &moved));
+  if (moved) worker.graphs->Clear();
   if (cancelled()) {
     return absl::CancelledError(
         "the client cancelled or the deadline passed while the request's plans were built");
@@ -829,6 +862,60 @@ absl::Status DevicePool::Execute(Device& device, Worker& worker, Task& task,
   };
 
   cudaStream_t stream = worker.stream.get();
+  for (size_t i = 0; i < problems.size(); ++i) {
+    const ConvLayerBuffers buffers = buffers_for(i);
+    if (!plans[i]->IsBoundTo(buffers)) RETURN_IF_ERROR(plans[i]->Bind(problems[i], buffers));
+  }
+  // Layers are queued ahead of the GPU, but never much more than
+  // kMaxQueuedAheadMs of work: then the worker waits for it and checks for
+  // cancellation, so a cancelled request stops at a layer boundary. CUDA
+  // graphs are captured per segment, so replays stop at the same points.
+  std::vector<double> layer_ms;
+  for (size_t i = 0; i < problems.size(); ++i) {
+    layer_ms.push_back(plans[i]->measured_ms() > 0
+                           ? plans[i]->measured_ms()
+                           : static_cast<double>(problems[i].MacCount()) / kAssumedMacsPerMs);
+  }
+  const std::vector<size_t> segment_ends = LayerSegmentEnds(layer_ms, kMaxQueuedAheadMs);
+  const auto launch_layers = [&](size_t begin, size_t end) -> absl::Status {
+    for (size_t i = begin; i < end; ++i) {
+      RETURN_IF_ERROR(plans[i]->RunBound(worker.handle.get(), stream, problems[i]));
+    }
+    return absl::OkStatus();
+  };
+
+  // The captured graph to replay, if any. Captured before the timed
+  // section: capture only records launches, the GPU runs nothing.
+  std::shared_ptr<CapturedLayers> captured;
+  CudaGraphKey graph_key;
+  if (options_.cuda_graphs) {
+    graph_key.graph_id = graph.id();
+    graph_key.input_shape = call.input_shape;
+    graph_key.input = first_input;
+    graph_key.output = buffers_for(last).y;
+    CudaGraphCache<CapturedLayers>::Dependencies dependencies = {task.resources};
+    for (const auto& plan : plans) dependencies.push_back(plan);
+    captured = worker.graphs->Find(graph_key, dependencies);
+    timings->replayed = captured != nullptr;
+    if (captured == nullptr && worker.graphs->ShouldCapture(graph_key)) {
+      ASSIGN_OR_RETURN(CapturedLayers::Result capture,
+                       CapturedLayers::Capture(stream, segment_ends, launch_layers,
+                                               worker.graphs->TakeVariant(graph_key)));
+      if (capture.captured != nullptr) {
+        captured = capture.captured;
+        worker.graphs->Insert(graph_key, dependencies, std::move(capture.captured),
+                              capture.updated);
+      } else {
+        worker.graphs->MarkUncapturable(graph_key);
+        spdlog::warn("CUDA graph capture failed on GPU {} worker {} for graph '{}' input {} "
+                     "({}): {}; this graph and shape run as plain launches on this worker",
+                     device.ordinal, worker.index, graph.name(),
+                     ShapeToString(call.input_shape), task.engines, capture.failure);
+      }
+    }
+  }
+  timings->build = Seconds(absl::Now() - start);
+
   start = absl::Now();
   const void* input_source = call.input.data();
   if (!input_direct) {
@@ -854,26 +941,44 @@ absl::Status DevicePool::Execute(Device& device, Worker& worker, Task& task,
     task.quarantine_keys.clear();  // the hook, not an engine, faults
     RETURN_IF_ERROR(LaunchMisalignedWriteForTesting(worker.ping.data(), stream));
   }
-  // Layers are queued ahead of the GPU, but never much more than
-  // kMaxQueuedAheadMs of work: then the worker waits for it and checks for
-  // cancellation, so a cancelled request stops at a layer boundary.
-  double queued_ms = 0;
-  for (size_t i = 0; i < problems.size(); ++i) {
-    if (i > 0 && cancelled()) {
+  size_t begin = 0;
+  for (size_t s = 0; s < segment_ends.size(); ++s) {
+    const size_t end = segment_ends[s];
+    if (begin > 0 && cancelled()) {
       CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));  // the staging buffers are reused
-      return LayersCancelledError(graph, i, problems.size());
+      return LayersCancelledError(graph, begin, problems.size());
     }
-    const ConvLayerBuffers buffers = buffers_for(i);
-    if (!plans[i]->IsBoundTo(buffers)) RETURN_IF_ERROR(plans[i]->Bind(problems[i], buffers));
-    RETURN_IF_ERROR(plans[i]->RunBound(worker.handle.get(), stream, problems[i]));
-    queued_ms += plans[i]->measured_ms() > 0
-                     ? plans[i]->measured_ms()
-                     : static_cast<double>(problems[i].MacCount()) / kAssumedMacsPerMs;
-    if (queued_ms >= kMaxQueuedAheadMs && i + 1 < problems.size()) {
+    if (captured != nullptr) {
+      const cudaError_t launched = captured->Launch(s, stream);
+      if (IsStickyCudaError(launched)) {
+        return CudaError(launched, "cudaGraphLaunch(captured layers)", __FILE__, __LINE__);
+      }
+      if (launched != cudaSuccess) {
+        cudaGetLastError();  // not sticky: cleared, and the rest runs plain
+        worker.graphs->MarkUncapturable(graph_key);
+        spdlog::warn("CUDA graph launch failed on GPU {} worker {} for graph '{}' input {} "
+                     "({}): {} ({}); this graph and shape run as plain launches on this worker",
+                     device.ordinal, worker.index, graph.name(),
+                     ShapeToString(call.input_shape), task.engines, cudaGetErrorName(launched),
+                     cudaGetErrorString(launched));
+        captured = nullptr;
+        timings->replayed = false;
+      }
+    }
+    if (captured == nullptr) {
+      for (size_t i = begin; i < end; ++i) {
+        if (i > begin && cancelled()) {
+          CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+          return LayersCancelledError(graph, i, problems.size());
+        }
+        RETURN_IF_ERROR(launch_layers(i, i + 1));
+      }
+    }
+    if (end < problems.size()) {
       CUDA_RETURN_IF_ERROR(cudaEventRecord(worker.layer_done.get(), stream));
       CUDA_RETURN_IF_ERROR(cudaEventSynchronize(worker.layer_done.get()));
-      queued_ms = 0;
     }
+    begin = end;
   }
   CUDA_RETURN_IF_ERROR(cudaEventRecord(worker.events[2].get(), stream));
   const void* result = buffers_for(last).y;

@@ -19,6 +19,10 @@
 // failure observer hears of it (the server turns health NOT_SERVING and
 // exits 3 to be restarted).
 //
+// A worker captures a request's layer launches into CUDA graphs the second
+// time it runs the same graph, input shape and pointers, and replays them
+// after (docs/runtime.md, "CUDA graphs").
+//
 // Thread-safe.
 #ifndef CONVSERVE_ENGINE_RUNTIME_DEVICE_POOL_H_
 #define CONVSERVE_ENGINE_RUNTIME_DEVICE_POOL_H_
@@ -39,6 +43,7 @@
 #include "engine/cudnn/conv_layer_plan.h"
 #include "engine/cudnn/device_weights.h"
 #include "engine/cudnn/engine_selection.h"
+#include "engine/runtime/cuda_graph_cache.h"
 #include "engine/runtime/engine_choice_store.h"
 #include "engine/runtime/engine_prober.h"
 #include "engine/runtime/plan_cache.h"
@@ -61,6 +66,11 @@ struct DevicePoolOptions {
   std::string errata_file;
   // Bounds of the plan cache (per-worker plans).
   PlanCacheOptions plan_cache;
+  // Capture each request's layer launches into CUDA graphs and replay them
+  // (docs/runtime.md, "CUDA graphs"); false: plain launches only.
+  bool cuda_graphs = true;
+  // Bounds of each worker's captured graphs.
+  CudaGraphCacheOptions cuda_graph_cache;
   // The convserve-prober executable that runs engine searches, one process
   // per GPU. Empty runs them in this process: a candidate that faults then
   // loses the GPU (it is still quarantined, for the next start when the plan
@@ -101,6 +111,8 @@ class DevicePool : public RequestRunner {
 
   PlanCacheStats plan_stats() const { return plans_.stats(); }
   PlanCacheStats choice_stats() const { return choices_.stats(); }
+  // Captures, replays and fallbacks of every worker.
+  CudaGraphStats cuda_graph_stats() const;
 
  private:
   struct Device;

@@ -20,10 +20,12 @@ namespace convserve {
 struct InferTimings {
   std::string device;  // where it ran: "0", "1", ... or "cpu"
   double queue = 0;    // accepted -> a worker took it
-  double build = 0;    // plan lookups and builds
+  double build = 0;    // plan lookups and builds, CUDA graph capture
   double h2d = 0;      // host to device, staging copy included
   double compute = 0;  // all layers on the device
   double d2h = 0;      // device to host, staging copy included
+  // GPU: the layers ran as CUDA graphs an earlier request captured.
+  bool replayed = false;
 };
 
 // Memory a tensor lives in when it is not in the request or response

@@ -14,6 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "engine/graph.h"
+#include "engine/runtime/cuda_graph_cache.h"
 #include "engine/runtime/host_buffer_pool.h"
 #include "engine/runtime/infer_call.h"
 #include "engine/runtime/plan_cache.h"
@@ -63,6 +64,8 @@ struct RunnerStats {
   // Library versions for the build-info metric, e.g. {"cudnn_runtime", "9.14.0"}.
   std::map<std::string, std::string> versions;
   EngineSearchStats engine_search;
+  // CUDA graph captures and replays (GPU runners; zero on the CPU).
+  CudaGraphStats cuda_graphs;
 };
 
 // A device lost its CUDA context while serving (and with it, the process

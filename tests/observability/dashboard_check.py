@@ -31,6 +31,9 @@ GPU_ONLY = {
     "convserve_gpu_faults_total", "convserve_gpu_healthy", "convserve_engine_searches_total",
     "convserve_engine_prober_starts_total", "convserve_engine_candidates_quarantined_total",
     "convserve_engine_candidates_vetoed_total", "convserve_engine_choices_from_store_total",
+    "convserve_cuda_graph_captures_total", "convserve_cuda_graph_replays_total",
+    "convserve_cuda_graph_capture_fallbacks_total",
+    "convserve_cuda_graph_invalidations_total", "convserve_cached_cuda_graphs",
 }
 
 # What the dashboard must show (issue 5): latency quantiles from the

@@ -1,0 +1,500 @@
+// Whole-graph CUDA graphs in the GPU device pool: seeded random graphs (odd
+// shapes and channel counts included) with --cuda_graphs on and off, every
+// output against the float64 reference within the per-dtype relative L2
+// bounds of the GPU oracle; repeated requests replayed; CUDA-shared-memory-
+// like in-place pointers that change between requests; unload and reload;
+// cancellation of a long captured graph; and the capture machinery itself
+// (a capture that cannot succeed falls back cleanly, update in place).
+// Skips without a GPU.
+//
+// Environment (optional): CONVSERVE_CUDA_GRAPH_GRAPHS random graphs per mode
+// (40), CONVSERVE_CUDA_GRAPH_SEED first seed (5000).
+#include <cuda_runtime_api.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "client/graph_file.h"
+#include "engine/cudnn/captured_layers.h"
+#include "engine/cudnn/cudnn_backend.h"
+#include "engine/cudnn/cudnn_status.h"
+#include "engine/runtime/device_pool.h"
+#include "gtest/gtest.h"
+#include "server/proto_convert.h"
+#include "tests/test_util/graph_oracle.h"
+#include "tests/test_util/naive_conv.h"
+#include "tests/test_util/random_graph.h"
+
+namespace convserve {
+namespace {
+
+// The GPU oracle's bounds under the default policy (TF32 allowed).
+OracleBounds Bounds() {
+  OracleBounds bounds;
+  bounds.float32 = 2e-3;
+  return bounds;
+}
+
+int64_t EnvInt(const char* name, int64_t fallback) {
+  const char* text = std::getenv(name);
+  int64_t value = 0;
+  return text != nullptr && absl::SimpleAtoi(text, &value) ? value : fallback;
+}
+
+RandomGraphOptions GpuGraphOptions() {
+  RandomGraphOptions options;
+  options.max_spatial_2d = 40;
+  options.max_spatial_3d = 12;
+  options.max_channels = 40;
+  options.max_macs = 8'000'000;
+  options.aligned_channels_fraction = 0.3;
+  options.name_prefix = "cuda_graph";
+  return options;
+}
+
+std::unique_ptr<DevicePool> MakePool(bool cuda_graphs, int max_variants = 4) {
+  DevicePoolOptions options;
+  options.devices = {0};
+  // One worker: every request of a key lands where the earlier ones ran.
+  options.workers_per_device = 1;
+  options.selection.search = EngineSearch::kHeuristicInstant;
+  options.cuda_graphs = cuda_graphs;
+  options.cuda_graph_cache.max_variants = max_variants;
+  absl::StatusOr<std::unique_ptr<DevicePool>> pool = DevicePool::Create(options);
+  if (!pool.ok()) {
+    ADD_FAILURE() << pool.status();
+    return nullptr;
+  }
+  return *std::move(pool);
+}
+
+absl::StatusOr<std::shared_ptr<const Graph>> MakeGraph(v1::GraphDef def) {
+  absl::StatusOr<GraphSpec> spec = GraphSpecFromProto(&def);
+  if (!spec.ok()) return spec.status();
+  return Graph::Create(*std::move(spec));
+}
+
+struct Answer {
+  absl::Status status;
+  Shape shape;
+  InferTimings timings;
+  std::string output;
+};
+
+// One request through the pool, waited for. Host memory unless `in` and
+// `out` (device memory of GPU 0, read and written in place) are given.
+Answer Infer(DevicePool& pool, const std::shared_ptr<const Graph>& graph, const Shape& input_shape,
+           const std::string& input, void* in = nullptr, void* out = nullptr,
+           std::function<bool()> cancelled = nullptr) {
+  Answer answer;
+  absl::StatusOr<std::vector<Shape>> outputs = graph->InferShapes(input_shape);
+  if (!outputs.ok()) {
+    answer.status = outputs.status();
+    return answer;
+  }
+  InferCall call;
+  call.graph = graph;
+  call.input_shape = input_shape;
+  call.layer_outputs = *outputs;
+  const size_t element = DTypeSize(graph->spec().dtype);
+  if (in != nullptr) {
+    TensorMemory memory;
+    memory.kind = TensorMemory::Kind::kDevice;
+    memory.data = static_cast<uint8_t*>(in);
+    memory.bytes = input.size();
+    memory.device = 0;
+    call.input = absl::Span<const uint8_t>(memory.data, memory.bytes);
+    call.input_memory = memory;
+    memory.data = static_cast<uint8_t*>(out);
+    memory.bytes = NumElements(outputs->back()) * element;
+    call.output_memory = memory;
+  } else {
+    call.input = absl::Span<const uint8_t>(reinterpret_cast<const uint8_t*>(input.data()),
+                                           input.size());
+    call.output = &answer.output;
+  }
+  call.cancelled = std::move(cancelled);
+  absl::Notification done;
+  call.done = [&](const absl::Status& status, const Shape& shape, const InferTimings& timings) {
+    answer.status = status;
+    answer.shape = shape;
+    answer.timings = timings;
+    done.Notify();
+  };
+  pool.Submit(std::move(call));
+  done.WaitForNotification();
+  return answer;
+}
+
+// "" or what is wrong with `answer` against `reference`.
+std::string Check(const Answer& answer, const OracleReference& reference, DType dtype) {
+  if (!answer.status.ok()) return answer.status.ToString();
+  if (answer.shape != reference.shape) {
+    return absl::StrCat("shape ", ShapeToString(answer.shape), ", reference ",
+                        ShapeToString(reference.shape));
+  }
+  if (answer.output.size() != reference.values.size() * DTypeSize(dtype)) {
+    return absl::StrCat("output holds ", answer.output.size(), " bytes");
+  }
+  const double error = RelativeL2Error(DecodeToDouble(dtype, answer.output), reference.values);
+  const double bound = Bounds().For(dtype);
+  return error <= bound ? "" : absl::StrCat("relative L2 error ", error, " > ", bound);
+}
+
+class CudaGraphOracleTest : public ::testing::TestWithParam<bool> {};
+
+TEST_P(CudaGraphOracleTest, RandomGraphsMatchReferenceAndRepeatsReplay) {
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device visible";
+  const bool cuda_graphs = GetParam();
+  const int64_t graphs = EnvInt("CONVSERVE_CUDA_GRAPH_GRAPHS", 40);
+  const int64_t seed = EnvInt("CONVSERVE_CUDA_GRAPH_SEED", 5000);
+  std::vector<RandomGraphCase> graph_cases;
+  for (int64_t i = 0; i < graphs; ++i) {
+    graph_cases.push_back(MakeRandomGraph(seed + i, GpuGraphOptions()));
+  }
+  const OracleCases cases = MakeOracleCases(std::move(graph_cases));
+  ComputeReferences(cases, 8);
+  std::unique_ptr<DevicePool> pool = MakePool(cuda_graphs);
+  ASSERT_NE(pool, nullptr);
+
+  constexpr int kRepeats = 4;
+  int64_t replayed_last = 0;
+  for (const auto& oracle_case : cases) {
+    const RandomGraphCase& c = oracle_case->graph_case();
+    const absl::StatusOr<OracleReference>& reference = oracle_case->reference();
+    ASSERT_TRUE(reference.ok()) << c.description << ": " << reference.status();
+    absl::StatusOr<std::shared_ptr<const Graph>> graph = MakeGraph(c.graph);
+    ASSERT_TRUE(graph.ok()) << c.description << ": " << graph.status();
+    ASSERT_TRUE(pool->AddGraph(*graph).ok());
+    const CudaGraphStats before = pool->cuda_graph_stats();
+    for (int r = 0; r < kRepeats; ++r) {
+      const Answer answer = Infer(*pool, *graph, c.input_shape, c.input);
+      EXPECT_EQ(Check(answer, *reference, oracle_case->dtype()), "")
+          << c.description << ", request " << r << (answer.timings.replayed ? " (replayed)" : "");
+      // The first run warms up, the second captures; only later ones replay.
+      if (r < 2) EXPECT_FALSE(answer.timings.replayed) << c.description << ", request " << r;
+      if (!cuda_graphs) EXPECT_FALSE(answer.timings.replayed) << c.description;
+      if (r == kRepeats - 1 && answer.timings.replayed) ++replayed_last;
+    }
+    const CudaGraphStats after = pool->cuda_graph_stats();
+    if (cuda_graphs) {
+      // Captured once and replayed after, or it fell back for good.
+      const int64_t fallbacks = after.fallbacks - before.fallbacks;
+      const int64_t captures = after.captures - before.captures;
+      EXPECT_EQ(captures + fallbacks, 1) << c.description;
+      EXPECT_EQ(after.replays - before.replays, fallbacks == 0 ? kRepeats - 2 : 0)
+          << c.description;
+    }
+    pool->RemoveGraph((*graph)->id());
+  }
+  const CudaGraphStats stats = pool->cuda_graph_stats();
+  std::printf("cuda_graphs=%s: %lld graphs, %lld captures, %lld replays, %lld fallbacks, "
+              "%lld invalidations; last request replayed for %lld graphs; %lld cached at the "
+              "end\n",
+              cuda_graphs ? "on" : "off", static_cast<long long>(graphs),
+              static_cast<long long>(stats.captures), static_cast<long long>(stats.replays),
+              static_cast<long long>(stats.fallbacks),
+              static_cast<long long>(stats.invalidations),
+              static_cast<long long>(replayed_last), static_cast<long long>(stats.entries));
+  EXPECT_EQ(stats.entries, 0) << "unloaded graphs keep no captures";
+  if (cuda_graphs) {
+    EXPECT_GT(replayed_last, graphs / 2) << "most graphs should capture";
+    EXPECT_EQ(replayed_last + stats.fallbacks, graphs);
+  } else {
+    EXPECT_EQ(stats.captures + stats.replays + stats.fallbacks, 0);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, CudaGraphOracleTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? "GraphsOn" : "GraphsOff";
+                         });
+
+// A random case of at least two layers (so in-place input and output are
+// different layers' buffers), and a second input for the same graph.
+struct TwoInputs {
+  std::shared_ptr<const OracleCase> a, b;
+};
+
+TwoInputs MakeTwoInputs(uint64_t first_seed) {
+  for (uint64_t seed = first_seed;; ++seed) {
+    RandomGraphCase a = MakeRandomGraph(seed, GpuGraphOptions());
+    if (a.graph.layers_size() < 2) continue;
+    // Same graph and weights (already filled), another input.
+    absl::StatusOr<RandomGraphCase> b = MakeGraphCase(a.graph, a.input_shape, seed + 7777, false);
+    if (!b.ok()) continue;
+    OracleCases cases = MakeOracleCases({std::move(a), *std::move(b)});
+    ComputeReferences(cases, 2);
+    return {cases[0], cases[1]};
+  }
+}
+
+struct DeviceSlot {
+  void* in = nullptr;
+  void* out = nullptr;
+};
+
+TEST(CudaGraphTest, InPlacePointersThatChangeBetweenRequestsGiveCorrectResults) {
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device visible";
+  const TwoInputs inputs = MakeTwoInputs(EnvInt("CONVSERVE_CUDA_GRAPH_SEED", 5000) + 500);
+  const RandomGraphCase& a = inputs.a->graph_case();
+  const DType dtype = inputs.a->dtype();
+  ASSERT_TRUE(inputs.a->reference().ok());
+  ASSERT_TRUE(inputs.b->reference().ok());
+  const OracleReference* references[] = {&*inputs.a->reference(), &*inputs.b->reference()};
+  const std::string* bytes[] = {&a.input, &inputs.b->graph_case().input};
+  std::printf("in-place case: %s\n", a.description.c_str());
+  // Two variants per graph and shape, three slots: the third slot's
+  // capture updates the oldest variant in place (cudaGraphExecUpdate).
+  std::unique_ptr<DevicePool> pool = MakePool(true, /*max_variants=*/2);
+  ASSERT_NE(pool, nullptr);
+  absl::StatusOr<std::shared_ptr<const Graph>> graph = MakeGraph(a.graph);
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  ASSERT_TRUE(pool->AddGraph(*graph).ok());
+  const size_t out_bytes = references[0]->values.size() * DTypeSize(dtype);
+
+  // Slots hold inputs a, b, a: a graph replayed with another slot's
+  // pointers would give the other input's output (or the 0xFF fill: NaN).
+  DeviceSlot slots[3];
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  for (int s = 0; s < 3; ++s) {
+    ASSERT_EQ(cudaMalloc(&slots[s].in, a.input.size()), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&slots[s].out, out_bytes), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(slots[s].in, bytes[s % 2]->data(), a.input.size(),
+                         cudaMemcpyHostToDevice),
+              cudaSuccess);
+  }
+  int replayed = 0;
+  for (int round = 0; round < 5; ++round) {
+    for (int s = 0; s < 3; ++s) {
+      ASSERT_EQ(cudaMemset(slots[s].out, 0xFF, out_bytes), cudaSuccess);
+      Answer answer = Infer(*pool, *graph, a.input_shape, a.input, slots[s].in, slots[s].out);
+      ASSERT_TRUE(answer.status.ok()) << answer.status;
+      answer.output.resize(out_bytes);
+      ASSERT_EQ(cudaMemcpy(answer.output.data(), slots[s].out, out_bytes, cudaMemcpyDeviceToHost),
+                cudaSuccess);
+      EXPECT_EQ(Check(answer, *references[s % 2], dtype), "")
+          << "round " << round << " slot " << s << (answer.timings.replayed ? " (replayed)" : "");
+      replayed += answer.timings.replayed ? 1 : 0;
+    }
+  }
+  const CudaGraphStats stats = pool->cuda_graph_stats();
+  std::printf("in-place: %d of 15 requests replayed; %lld captures (%lld updates in place), "
+              "%lld fallbacks\n",
+              replayed, static_cast<long long>(stats.captures),
+              static_cast<long long>(stats.updates), static_cast<long long>(stats.fallbacks));
+  if (stats.fallbacks == 0) {
+    EXPECT_GT(replayed, 0);
+    EXPECT_GT(stats.updates, 0) << "three pointer variants over a bound of two";
+    EXPECT_LE(stats.entries, 2);
+  }
+  pool->RemoveGraph((*graph)->id());
+  for (DeviceSlot& slot : slots) {
+    cudaFree(slot.in);
+    cudaFree(slot.out);
+  }
+}
+
+TEST(CudaGraphTest, UnloadAndReloadReplaysWithTheNewWeights) {
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device visible";
+  const TwoInputs inputs = MakeTwoInputs(EnvInt("CONVSERVE_CUDA_GRAPH_SEED", 5000) + 900);
+  const RandomGraphCase& original = inputs.a->graph_case();
+  // The same graph with other weights (another fingerprint, same name).
+  v1::GraphDef changed = original.graph;
+  for (v1::ConvLayer& layer : *changed.mutable_layers()) {
+    layer.clear_weights();
+    layer.clear_bias();
+  }
+  absl::StatusOr<RandomGraphCase> other =
+      MakeGraphCase(changed, original.input_shape, original.seed + 31337, true);
+  ASSERT_TRUE(other.ok()) << other.status();
+  other->input = original.input;
+  const OracleCases other_cases = MakeOracleCases({*std::move(other)});
+  ComputeReferences(other_cases, 1);
+
+  std::unique_ptr<DevicePool> pool = MakePool(true);
+  ASSERT_NE(pool, nullptr);
+  const auto run_three = [&](const OracleCase& oracle_case, const char* phase) {
+    absl::StatusOr<std::shared_ptr<const Graph>> graph = MakeGraph(oracle_case.graph_case().graph);
+    ASSERT_TRUE(graph.ok()) << graph.status();
+    ASSERT_TRUE(pool->AddGraph(*graph).ok());
+    const CudaGraphStats before = pool->cuda_graph_stats();
+    for (int r = 0; r < 3; ++r) {
+      const Answer answer = Infer(*pool, *graph, original.input_shape, original.input);
+      EXPECT_EQ(Check(answer, *oracle_case.reference(), oracle_case.dtype()), "")
+          << phase << " request " << r;
+      EXPECT_EQ(answer.timings.replayed, false) << "a (re)loaded graph warms up and captures";
+    }
+    const Answer replay = Infer(*pool, *graph, original.input_shape, original.input);
+    EXPECT_EQ(Check(replay, *oracle_case.reference(), oracle_case.dtype()), "") << phase;
+    const CudaGraphStats after = pool->cuda_graph_stats();
+    if (after.fallbacks == before.fallbacks) EXPECT_TRUE(replay.timings.replayed) << phase;
+    pool->RemoveGraph((*graph)->id());
+    EXPECT_EQ(pool->cuda_graph_stats().entries, 0) << phase << ": unload drops the captures";
+  };
+  run_three(*inputs.a, "first load");
+  run_three(*other_cases[0], "other weights");
+  run_three(*inputs.a, "reload");
+}
+
+// 12 layers of 3x3 64 -> 64 on 1x64x96x96: ~340 M MACs each, so every layer
+// is its own cancellation segment (and captured graph).
+absl::StatusOr<std::shared_ptr<const Graph>> LongGraph() {
+  v1::GraphDef graph;
+  graph.set_name("long");
+  graph.set_data_type(v1::FLOAT16);
+  graph.set_layout(v1::NHWC);
+  graph.set_input_channels(64);
+  for (int i = 0; i < 12; ++i) {
+    v1::ConvLayer* layer = graph.add_layers();
+    layer->set_out_channels(64);
+    for (int d = 0; d < 2; ++d) {
+      layer->add_kernel_size(3);
+      layer->add_pad_before(1);
+      layer->add_pad_after(1);
+    }
+    layer->mutable_activation()->set_kind(v1::Activation::RELU);
+  }
+  absl::Status filled = FillParameters(11, true, &graph);
+  if (!filled.ok()) return filled;
+  return MakeGraph(graph);
+}
+
+TEST(CudaGraphTest, CancellingAReplayedLongGraphStopsAtTheNextSegment) {
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device visible";
+  absl::StatusOr<std::shared_ptr<const Graph>> graph = LongGraph();
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  const Shape shape = {1, 64, 96, 96};
+  const std::string input = RandomTensorBytes(v1::FLOAT16, NumElements(shape), 3);
+  for (const bool cuda_graphs : {true, false}) {
+    SCOPED_TRACE(cuda_graphs ? "cuda_graphs on" : "cuda_graphs off");
+    std::unique_ptr<DevicePool> pool = MakePool(cuda_graphs);
+    ASSERT_NE(pool, nullptr);
+    ASSERT_TRUE(pool->AddGraph(*graph).ok());
+    for (int r = 0; r < 2; ++r) ASSERT_TRUE(Infer(*pool, *graph, shape, input).status.ok());
+    const CudaGraphStats before = pool->cuda_graph_stats();
+    // Polled before the run, after the plans, then at each segment
+    // boundary: cancelled from the first boundary on.
+    int polls = 0;
+    const Answer cancelled =
+        Infer(*pool, *graph, shape, input, nullptr, nullptr, [&polls] { return ++polls >= 3; });
+    EXPECT_EQ(cancelled.status.code(), absl::StatusCode::kCancelled) << cancelled.status;
+    EXPECT_NE(cancelled.status.message().find("stopped after layer 1 of 12"), std::string::npos)
+        << cancelled.status;
+    const CudaGraphStats after = pool->cuda_graph_stats();
+    if (cuda_graphs && before.fallbacks == 0) {
+      EXPECT_EQ(after.replays - before.replays, 1) << "the cancelled request was a replay";
+    }
+    // The worker is fine after stopping mid-graph.
+    const Answer next = Infer(*pool, *graph, shape, input);
+    EXPECT_TRUE(next.status.ok()) << next.status;
+    EXPECT_EQ(next.output.size(), input.size());
+    pool->RemoveGraph((*graph)->id());
+  }
+}
+
+TEST(CudaGraphTest, CaptureErrorsAreNotStickyFaults) {
+  // No GPU needed: the classification the fault path relies on.
+  for (const cudaError_t error :
+       {cudaErrorStreamCaptureUnsupported, cudaErrorStreamCaptureInvalidated,
+        cudaErrorStreamCaptureMerge, cudaErrorStreamCaptureUnmatched,
+        cudaErrorStreamCaptureUnjoined, cudaErrorStreamCaptureIsolation,
+        cudaErrorStreamCaptureImplicit, cudaErrorStreamCaptureWrongThread,
+        cudaErrorCapturedEvent, cudaErrorGraphExecUpdateFailure}) {
+    EXPECT_FALSE(IsStickyCudaError(error)) << cudaGetErrorName(error);
+  }
+  EXPECT_TRUE(IsStickyCudaError(cudaErrorIllegalAddress));
+  EXPECT_TRUE(IsStickyCudaError(cudaErrorMisalignedAddress));
+}
+
+TEST(CapturedLayersTest, UncapturableLaunchFallsBackCleanly) {
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device visible";
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  void* buffer = nullptr;
+  ASSERT_EQ(cudaMalloc(&buffer, 1024), cudaSuccess);
+  // A synchronization while capturing is illegal: the capture is
+  // invalidated, as by a cuDNN engine that cannot be captured.
+  const auto uncapturable = [&](size_t, size_t) -> absl::Status {
+    CUDA_RETURN_IF_ERROR(cudaMemsetAsync(buffer, 1, 1024, stream));
+    CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+    return absl::OkStatus();
+  };
+  absl::StatusOr<CapturedLayers::Result> result =
+      CapturedLayers::Capture(stream, {1}, uncapturable, nullptr);
+  ASSERT_TRUE(result.ok()) << "not a sticky fault: " << result.status();
+  EXPECT_EQ(result->captured, nullptr);
+  EXPECT_FALSE(result->failure.empty());
+  std::printf("capture failure: %s\n", result->failure.c_str());
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess) << "the capture error was cleared";
+  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusActive;
+  ASSERT_EQ(cudaStreamIsCapturing(stream, &capturing), cudaSuccess);
+  EXPECT_EQ(capturing, cudaStreamCaptureStatusNone) << "the stream left capture mode";
+  // Plain launches work after it.
+  EXPECT_EQ(cudaMemsetAsync(buffer, 2, 1024, stream), cudaSuccess);
+  EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  cudaFree(buffer);
+  cudaStreamDestroy(stream);
+}
+
+TEST(CapturedLayersTest, SegmentsReplayAndUpdateInPlaceForOtherPointers) {
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device visible";
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  constexpr size_t kBytes = 4096;
+  void* buffers[2] = {nullptr, nullptr};
+  for (void*& b : buffers) ASSERT_EQ(cudaMalloc(&b, kBytes), cudaSuccess);
+  // Two "layers" per buffer, one segment each: memsets of the buffer's two
+  // halves to 7 and 9.
+  void* target = buffers[0];
+  const auto layers = [&](size_t begin, size_t end) -> absl::Status {
+    for (size_t i = begin; i < end; ++i) {
+      CUDA_RETURN_IF_ERROR(cudaMemsetAsync(static_cast<char*>(target) + i * kBytes / 2,
+                                           i == 0 ? 7 : 9, kBytes / 2, stream));
+    }
+    return absl::OkStatus();
+  };
+  const auto replay_and_check = [&](const CapturedLayers& captured, void* buffer) {
+    ASSERT_EQ(cudaMemset(buffer, 0, kBytes), cudaSuccess);
+    for (size_t s = 0; s < captured.segments(); ++s) {
+      ASSERT_EQ(captured.Launch(s, stream), cudaSuccess);
+    }
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    std::vector<unsigned char> host(kBytes);
+    ASSERT_EQ(cudaMemcpy(host.data(), buffer, kBytes, cudaMemcpyDeviceToHost), cudaSuccess);
+    EXPECT_EQ(host.front(), 7);
+    EXPECT_EQ(host.back(), 9);
+  };
+  absl::StatusOr<CapturedLayers::Result> first = CapturedLayers::Capture(stream, {1, 2}, layers,
+                                                                         nullptr);
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_NE(first->captured, nullptr) << first->failure;
+  EXPECT_EQ(first->captured->segments(), 2u);
+  replay_and_check(*first->captured, buffers[0]);
+  replay_and_check(*first->captured, buffers[0]);
+  CapturedLayers* kept = first->captured.get();
+  target = buffers[1];
+  absl::StatusOr<CapturedLayers::Result> second =
+      CapturedLayers::Capture(stream, {1, 2}, layers, std::move(first->captured));
+  ASSERT_TRUE(second.ok()) << second.status();
+  ASSERT_NE(second->captured, nullptr) << second->failure;
+  EXPECT_TRUE(second->updated);
+  EXPECT_EQ(second->captured.get(), kept);
+  replay_and_check(*second->captured, buffers[1]);
+  second->captured.reset();
+  for (void* b : buffers) cudaFree(b);
+  cudaStreamDestroy(stream);
+}
+
+}  // namespace
+}  // namespace convserve
