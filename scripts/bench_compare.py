@@ -225,9 +225,18 @@ def compare_layers(args, out):
     if has_ours_graph:
         summary("ours under bench-side graph replay vs PyTorch graph replay (forecast)",
                 ours_graph_vs_graph)
-    for batch in sorted({row["batch"] for row in joined}):
-        summary(f"  batch {batch}, vs graph replay",
-                [row["speedup_vs_graph"] for row in joined if row["batch"] == batch])
+    for batch, dtype in sorted({(row["batch"], row["dtype"]) for row in joined}):
+        summary(f"  N={batch} {dtype}, vs graph replay",
+                [row["speedup_vs_graph"] for row in joined
+                 if row["batch"] == batch and row["dtype"] == dtype])
+    slower = sorted((row for row in joined if row["speedup_vs_graph"] < 1.0),
+                    key=lambda row: row["speedup_vs_graph"])
+    if slower:
+        print(f"slowest against PyTorch graph replay (of {len(slower)} slower):", file=out)
+        for row in slower[:args.worst]:
+            print(f"  {row['layer']:34} N={row['batch']:<3} {row['dtype']:8} {row['path']:8} "
+                  f"ours {row['ours_us']:.2f} us, PyTorch {row['torch_graph_us']:.2f} us "
+                  f"({row['torch_graph_variant']}): {row['speedup_vs_graph']:.2f}x", file=out)
     if args.csv and joined:
         with open(args.csv, "w", newline="") as f:
             writer = csv.DictWriter(f, fieldnames=list(joined[0]))
@@ -277,6 +286,8 @@ def main(argv=None):
     parser.add_argument("--shapes", default="tests/bench/conv_shapes.csv")
     parser.add_argument("--peaks", default="", help="fp16_tflops,tf32_tflops,gbs")
     parser.add_argument("--csv", default="", help="also write the joined layer table here")
+    parser.add_argument("--worst", type=int, default=10,
+                        help="how many of the layers slower than PyTorch to list in the summary")
     parser.add_argument("--stacks_ours", help="stack_bench CSV")
     parser.add_argument("--stacks_torch", help="bench_pytorch_stacks.py CSV")
     args = parser.parse_args(argv)

@@ -105,6 +105,10 @@ class BenchCompareTest(unittest.TestCase):
                       f"layers; 0 layers slower", text)
         self.assertIn("(1 rows of ours had no PyTorch row or no shape; left out)", text)
         self.assertIn("NVIDIA H100 80GB HBM3", text)
+        self.assertIn("slowest against PyTorch graph replay (of 1 slower):", text)
+        self.assertRegex(text, r"\n  a_1x1 +N=1 +float16 +fused +ours 8.00 us, PyTorch 4.00 us "
+                               r"\(cudnn_fused\): 0.50x")
+        self.assertIn("N=1 float16, vs graph replay: geometric-mean speedup 1.000 over 2", text)
         self.assertIn("ours test method line", text)
         self.assertIn("method (both)", text)
 
