@@ -114,8 +114,12 @@ def header(torch):
     print(f"# device: {torch.cuda.get_device_name()}")
     print(f"# torch: {torch.__version__}; cudnn: {torch.backends.cudnn.version()}; "
           f"cuda: {torch.version.cuda}")
+    try:  # newer releases also have cudnn.conv.fp32_precision; left at its default
+        tf32 = torch.backends.cudnn.allow_tf32
+    except (AttributeError, RuntimeError) as e:
+        tf32 = f"unknown ({e})"
     print(f"# cudnn.benchmark: {torch.backends.cudnn.benchmark}; "
-          f"cudnn.allow_tf32: {torch.backends.cudnn.allow_tf32} (PyTorch's default)")
+          f"cudnn.allow_tf32: {tf32} (PyTorch's default, not changed)")
     print("# method: CUDA events around back-to-back runs on device-resident tensors; "
           "graph_* = replays of a torch.cuda.CUDAGraph of one call; eager_* = Python calls")
 
