@@ -79,12 +79,12 @@ def capture(torch, fn):
     return graph
 
 
-def time_variant(torch, fn, samples, runs):
+def time_variant(torch, fn, samples, runs, label):
     """(graph replay ms, eager ms) of one variant; nan for what fails."""
     try:
         warm_up(torch, fn)
     except RuntimeError as e:
-        print(f"# eager failed: {str(e).splitlines()[0]}", file=sys.stderr)
+        print(f"{label}: eager call failed: {str(e).splitlines()[0]}", file=sys.stderr)
         torch.cuda.synchronize()
         return math.nan, math.nan
     eager = events_ms(torch, fn, samples, runs)
@@ -95,7 +95,7 @@ def time_variant(torch, fn, samples, runs):
         replay = events_ms(torch, graph.replay, samples, runs)
         del graph
     except RuntimeError as e:
-        print(f"# graph capture failed: {str(e).splitlines()[0]}", file=sys.stderr)
+        print(f"{label}: graph capture failed: {str(e).splitlines()[0]}", file=sys.stderr)
         torch.cuda.synchronize()
         replay = math.nan
     return replay, eager
@@ -165,7 +165,8 @@ def main():
                 with torch.no_grad():
                     for variant, fn in calls.items():
                         graph_ms[variant], eager_ms[variant] = time_variant(
-                            torch, fn, args.samples, args.runs_per_sample)
+                            torch, fn, args.samples, args.runs_per_sample,
+                            f"{name} N={batch} {dtype_name} {variant}")
                 graph_best, graph_which = best(graph_ms)
                 eager_best, eager_which = best(eager_ms)
                 print(f"{name},{batch},{dtype_name},{layout},{graph_best:.5f},{graph_which},"
