@@ -8,11 +8,14 @@
 # 2. stacks: tests/bench/stack_bench (DevicePool, device-resident input and
 #    output) and scripts/bench_pytorch_stacks.py on the ResNet-50 bottleneck
 #    and MobileNetV2 stacks, N=1 and 32, float16 NHWC.
-# Everything is written under $OUT (default: a new temporary directory):
-# CSVs, stderr logs, compare_layers.txt (the full per-layer table),
-# compare_stacks.txt. The short tables are printed last. A missing binary, a
+# Everything is written under $OUT (default: a new temporary directory), eight
+# files at most: ours_layers.csv, torch_layers.csv, compare_layers.txt (the
+# full per-layer table), compare_layers.csv, ours_stacks.csv,
+# torch_stacks.csv, compare_stacks.txt, and logs.tar.gz (each step's stderr,
+# nvidia-smi -L). The short tables are printed last. A missing binary, a
 # failing step or a missing PyTorch is reported and the next part runs.
-# About 3-4 minutes on an H100; each step has a timeout (variables below).
+# Estimated at about 3 minutes on an H100 (not yet measured); each step has a
+# timeout (variables below), so a run ends within 9 minutes.
 #
 # Variables: BUNDLE (bundle), OUT, PYTHON (python3), SELECTION (autotune, the
 # server's default engine selection), SAMPLES (15), RUNS (20), REQUESTS (500),
@@ -27,6 +30,10 @@ samples="${SAMPLES:-15}"
 runs="${RUNS:-20}"
 requests="${REQUESTS:-500}"
 parts="${PARTS:-layers stacks}"
+# At most eight files under $out (the CSVs and tables, and the logs packed
+# into one archive at the end), so a harness that returns only a few files
+# returns them all. Each step's stderr is written outside $out, in $logs.
+logs="$(mktemp -d "${TMPDIR:-/tmp}/convserve_bench_logs.XXXXXX")"
 mkdir -p "$out"
 export LD_LIBRARY_PATH="$PWD/$bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 bin="$bundle/bin"
@@ -40,7 +47,7 @@ step() {
   shift 3
   local started=$SECONDS
   echo "--- $name ($(date +%H:%M:%S), timeout ${limit}s)"
-  timeout "$limit" "$@" > "$stdout" 2> "$out/$name.err"
+  timeout "$limit" "$@" > "$stdout" 2> "$logs/$name.err"
   local rc=$?
   local took=$((SECONDS - started))
   local rows
@@ -50,11 +57,11 @@ step() {
   else
     local why="exit $rc"
     [ $rc -eq 124 ] && why="timed out after ${limit}s"
-    summary+=("$name: FAILED ($why), $rows rows, ${took}s; see $out/$name.err")
-    echo "$name: FAILED ($why); last lines of $out/$name.err:"
-    tail -n 8 "$out/$name.err" | sed 's/^/    /'
+    summary+=("$name: FAILED ($why), $rows rows, ${took}s; see $logs/$name.err")
+    echo "$name: FAILED ($why); last lines of $logs/$name.err:"
+    tail -n 8 "$logs/$name.err" | sed 's/^/    /'
   fi
-  grep -h "skipped" "$out/$name.err" 2>/dev/null | head -3
+  grep -h "skipped" "$logs/$name.err" 2>/dev/null | head -3
   return $rc
 }
 
@@ -81,7 +88,7 @@ have_torch() {
 has_rows() { [ -s "$1" ] && [ "$(grep -cv '^#' "$1")" -gt 1 ]; }
 
 echo "convserve GPU-time benchmark; logs and CSVs in $out"
-nvidia-smi -L 2>&1 | tee "$out/device.txt"
+nvidia-smi -L 2>&1 | tee "$logs/device.txt"
 
 if [[ " $parts " == *" layers "* ]]; then
   if have_binary conv_layer_bench; then
@@ -112,14 +119,14 @@ fi
 if has_rows "$out/ours_layers.csv" && has_rows "$out/torch_layers.csv"; then
   "$python" scripts/bench_compare.py --ours "$out/ours_layers.csv" \
     --torch "$out/torch_layers.csv" --csv "$out/compare_layers.csv" \
-    > "$out/compare_layers.txt" 2> "$out/compare_layers.err" ||
-    { summary+=("compare layers: FAILED, see $out/compare_layers.err"); tail -n 5 "$out/compare_layers.err"; }
+    > "$out/compare_layers.txt" 2> "$logs/compare_layers.err" ||
+    { summary+=("compare layers: FAILED, see $logs/compare_layers.err"); tail -n 5 "$logs/compare_layers.err"; }
 fi
 if has_rows "$out/ours_stacks.csv" && has_rows "$out/torch_stacks.csv"; then
   "$python" scripts/bench_compare.py --stacks_ours "$out/ours_stacks.csv" \
     --stacks_torch "$out/torch_stacks.csv" \
-    > "$out/compare_stacks.txt" 2> "$out/compare_stacks.err" ||
-    { summary+=("compare stacks: FAILED, see $out/compare_stacks.err"); tail -n 5 "$out/compare_stacks.err"; }
+    > "$out/compare_stacks.txt" 2> "$logs/compare_stacks.err" ||
+    { summary+=("compare stacks: FAILED, see $logs/compare_stacks.err"); tail -n 5 "$logs/compare_stacks.err"; }
 fi
 
 echo
@@ -138,6 +145,7 @@ else
   echo "no stack comparison (a side is missing; see the steps below)"
   has_rows "$out/ours_stacks.csv" && grep -v '^#' "$out/ours_stacks.csv"
 fi
+tar -czf "$out/logs.tar.gz" -C "$logs" . 2>/dev/null
 echo
-echo "=== steps ($((SECONDS - start_all))s in all; logs in $out)"
+echo "=== steps ($((SECONDS - start_all))s in all; CSVs and tables in $out, logs in $out/logs.tar.gz and $logs)"
 printf '%s\n' "${summary[@]}"

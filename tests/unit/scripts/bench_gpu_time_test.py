@@ -8,6 +8,7 @@ short tables last. Runs without a GPU or PyTorch."""
 import os
 import stat
 import subprocess
+import tarfile
 import tempfile
 import unittest
 
@@ -72,9 +73,16 @@ esac
             self.assertTrue(os.path.exists(os.path.join(out, "compare_layers.csv")))
             with open(os.path.join(out, "compare_layers.txt")) as f:
                 self.assertIn("resnet50_56_3x3_64_64", f.read())
+            # At most eight plain files directly under $OUT (what a device
+            # harness returns); the logs are packed in logs.tar.gz.
+            files = sorted(os.listdir(out))
+            self.assertLessEqual(len(files), 8, files)
+            self.assertIn("logs.tar.gz", files)
+            with tarfile.open(os.path.join(out, "logs.tar.gz")) as logs:
+                self.assertIn("./bench_pytorch_stacks.err", logs.getnames())
             # The step list is the last thing printed.
-            self.assertTrue(text.rstrip().endswith("see " + out + "/bench_pytorch_stacks.err"),
-                            text[-400:])
+            self.assertRegex(text.rstrip().splitlines()[-1],
+                             r"^bench_pytorch_stacks: FAILED .*/bench_pytorch_stacks.err$")
 
 
 if __name__ == "__main__":
