@@ -1,16 +1,28 @@
 #!/usr/bin/env python3
-"""Joins conv_layer_bench (ours) and bench_pytorch.py CSVs into one table with
-the roofline floor per layer, and prints the geometric-mean speedup of ours
-over PyTorch's best of its two variants.
+"""Sets convserve beside PyTorch on the same GPU (issue 12's fair benchmark).
+
+Layers: joins tests/bench/conv_layer_bench's CSV (ours) and
+scripts/bench_pytorch.py's CSV. Per layer: ours in µs, PyTorch's best variant
+under CUDA-graph replay (the headline peer), the speedup over it, PyTorch's
+eager figure and the speedup over that, the roofline floor and the fraction
+of it ours reaches (floor / ours). Last: geometric means and how many layers
+are slower.
+
+Stacks: joins tests/bench/stack_bench's CSV and scripts/bench_pytorch_stacks.py's
+CSV: GPU time per request of a multi-layer graph against PyTorch running the
+same layers under graph replay.
 
 Roofline floor = max(FLOPs / peak, bytes / bandwidth) with FLOPs =
 2*N*K*P*Q*(C/groups)*R*S and bytes = input + weights + bias + output. Peaks
 are dense tensor-core rates (float16; TF32 for float32) from the vendor's
-datasheet for the device named in the PyTorch CSV, or given by flags.
+datasheet for the device named in the PyTorch CSV, or given by --peaks.
+
+Speedup = PyTorch µs / ours µs: above 1 means convserve is faster.
 """
 import argparse
 import csv
 import math
+import sys
 
 # (float16 dense TFLOP/s, TF32 dense TFLOP/s, memory GB/s), vendor datasheets.
 PEAKS = {
@@ -19,20 +31,53 @@ PEAKS = {
     "H200": (989.4, 494.7, 4800.0),
 }
 
+# How the two layer figures are taken, printed above the table so a reader
+# knows exactly what is compared (tests/bench/conv_layer_bench.cc and
+# scripts/bench_pytorch.py).
+LAYER_METHOD = """\
+method (both): GPU time by CUDA events around back-to-back runs on device-resident
+  tensors, no host copies; median over samples of the mean time per run (the
+  samples and runs per sample are in the '# method' lines of each CSV).
+  ours_us:   each run launches the layer's cuDNN plan (and the bias+activation
+             kernel on the unfused path) from C++, one cudnnBackendExecute per
+             layer, as the server runs a layer today (no CUDA graph).
+  torch_us:  each run replays a CUDA graph of one PyTorch call (best of
+             relu(conv2d) and torch.cudnn_convolution_relu), so one graph launch
+             per run and no Python or framework cost.
+  where a layer is shorter than a host launch, ours measures the launch rate of
+  cudnnBackendExecute and PyTorch the launch rate of a graph: that is the
+  difference in method, and it is the cost issue 12 scope 2 (whole-graph CUDA
+  graphs in the server) removes.
+  ours_graph_us (when present): the same compiled plan captured into a CUDA
+             graph by the benchmark itself and replayed like PyTorch's; not the
+             server's path (a forecast for scope 2).
+  eager_us:  PyTorch's best variant called from Python, same event method."""
+
+STACK_METHOD = """\
+method: one request (one forward) at a time, GPU idle before it; CUDA events
+  around the request's layers on the GPU, median over the timed requests.
+  ours:  convserve's DevicePool (the server's runtime path, 1 worker, GPU 0),
+         input and output in device memory read and written in place (no
+         H2D/D2H), InferTimings.compute; wall = host time from Submit to done.
+  torch: one replay of a CUDA graph of the whole stack between two events
+         (torch_b2b_us: mean per replay over back-to-back replays).
+  convserve graphs have no residual add: PyTorch runs the same conv+bias+act
+  sequence without the add either."""
+
 
 def read_csv(path):
-    device = ""
-    rows = []
+    """(metadata from '# key: value' lines, rows as dicts)."""
+    meta = {}
+    lines = []
     with open(path) as f:
-        lines = []
         for line in f:
-            if line.startswith("# device:"):
-                device = line.split(":", 1)[1].strip()
-            elif not line.startswith("#"):
+            if line.startswith("#"):
+                key, sep, value = line[1:].partition(":")
+                if sep:
+                    meta.setdefault(key.strip(), value.strip())
+            elif line.strip():
                 lines.append(line)
-    for row in csv.DictReader(lines):
-        rows.append(row)
-    return device, rows
+    return meta, list(csv.DictReader(lines))
 
 
 def read_shapes(path):
@@ -47,56 +92,217 @@ def read_shapes(path):
     return shapes
 
 
-def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--ours", required=True)
-    parser.add_argument("--torch", required=True)
-    parser.add_argument("--shapes", default="tests/bench/conv_shapes.csv")
-    parser.add_argument("--peaks", default="", help="fp16_tflops,tf32_tflops,gbs")
-    args = parser.parse_args()
-    _, ours = read_csv(args.ours)
-    device, theirs = read_csv(args.torch)
+def number(row, *keys):
+    """The first of `keys` present in `row` as a float; nan when none is or
+    it is empty."""
+    for key in keys:
+        value = row.get(key)
+        if value not in (None, ""):
+            try:
+                return float(value)
+            except ValueError:
+                return math.nan
+    return math.nan
+
+
+def ratio(a, b):
+    """a / b, nan when either is missing or b is 0."""
+    if math.isnan(a) or math.isnan(b) or b == 0:
+        return math.nan
+    return a / b
+
+
+def geomean(values):
+    values = [v for v in values if v > 0 and not math.isnan(v)]
+    if not values:
+        return math.nan
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+def floor_us(shape, n, dtype, peaks):
+    c, h, w, k, r, s, stride, pad, groups = shape
+    p = (h + 2 * pad - r) // stride + 1
+    q = (w + 2 * pad - s) // stride + 1
+    elt = 2 if dtype in ("float16", "bfloat16") else 4
+    flops = 2.0 * n * k * p * q * (c // groups) * r * s
+    bytes_ = elt * (n * c * h * w + k * (c // groups) * r * s + k + n * k * p * q)
+    peak = peaks[0] if elt == 2 else peaks[1]
+    return max(flops / (peak * 1e12), bytes_ / (peaks[2] * 1e9)) * 1e6
+
+
+def torch_layer_us(row):
+    """(graph-replay best µs, its variant, eager best µs) of one PyTorch row;
+    CSVs of the old eager-only script give (nan, '', eager)."""
+    graph = number(row, "graph_best_ms") * 1e3
+    eager = number(row, "eager_best_ms") * 1e3
+    if "graph_best_ms" not in row:  # old format: torch_ms, torch_fused_ms, both eager
+        candidates = [number(row, "torch_ms"), number(row, "torch_fused_ms")]
+        candidates = [x for x in candidates if not math.isnan(x)]
+        eager = min(candidates) * 1e3 if candidates else math.nan
+    return graph, row.get("graph_best_variant", ""), eager
+
+
+def fmt(value, width, digits=2):
+    return f"{'-':>{width}}" if math.isnan(value) else f"{value:{width}.{digits}f}"
+
+
+def compare_layers(args, out):
+    ours_meta, ours = read_csv(args.ours)
+    torch_meta, theirs = read_csv(args.torch)
     shapes = read_shapes(args.shapes)
+    device = torch_meta.get("device", "")
     if args.peaks:
         peaks = tuple(map(float, args.peaks.split(",")))
     else:
         peaks = next((v for k, v in PEAKS.items() if k in device), PEAKS["H100 80GB HBM3"])
     torch_rows = {(r["name"], r["batch"], r["dtype"], r["layout"]): r for r in theirs}
-    print(f"device: {device}; peaks fp16 {peaks[0]} TFLOP/s, tf32 {peaks[1]} TFLOP/s, "
-          f"{peaks[2]} GB/s")
-    header = (f"{'layer':36} {'N':>3} {'dtype':8} {'path':8} {'ours_us':>9} {'torch_us':>9} "
-              f"{'t_fused_us':>10} {'floor_us':>9} {'speedup':>8}")
-    print(header)
-    speedups = []
-    slower = 0
+    has_ours_graph = any(not math.isnan(number(r, "ours_graph_ms")) for r in ours)
+    selection = ours[0].get("selection", "") if ours else ""
+
+    print(f"== layers: convserve ({selection}) vs PyTorch, {device}", file=out)
+    for key in ("torch", "cudnn", "method"):
+        if key in torch_meta:
+            print(f"pytorch {key}: {torch_meta[key]}", file=out)
+    for key in ("cudnn", "method"):
+        if key in ours_meta:
+            print(f"convserve {key}: {ours_meta[key]}", file=out)
+    print(LAYER_METHOD, file=out)
+    print(f"peaks: fp16 {peaks[0]} TFLOP/s, tf32 {peaks[1]} TFLOP/s, {peaks[2]} GB/s; "
+          f"floor% = floor_us / ours_us; speedup = PyTorch / ours (>1: ours faster)", file=out)
+    header = (f"{'layer':36} {'N':>3} {'dtype':8} {'path':8} {'ours_us':>8} "
+              f"{'torch_graph_us':>14} {'variant':11} {'speedup':>7} {'eager_us':>9} "
+              f"{'vs_eager':>8} {'floor_us':>8} {'floor%':>6}")
+    if has_ours_graph:
+        header += f" {'ours_graph_us':>13} {'graph_vs_graph':>14}"
+    print(header, file=out)
+
+    vs_graph, vs_eager, ours_graph_vs_graph, joined = [], [], [], []
+    missing = 0
     for r in ours:
         key = (r["name"], r["batch"], r["dtype"], r["layout"])
-        if key not in torch_rows:
+        if key not in torch_rows or r["name"] not in shapes:
+            missing += 1
             continue
-        t = torch_rows[key]
-        c, h, w, k, rr, ss, stride, pad, groups = shapes[r["name"]]
         n = int(r["batch"])
-        p = (h + 2 * pad - rr) // stride + 1
-        q = (w + 2 * pad - ss) // stride + 1
-        elt = 2 if r["dtype"] == "float16" else 4
-        flops = 2.0 * n * k * p * q * (c // groups) * rr * ss
-        bytes_ = elt * (n * c * h * w + k * (c // groups) * rr * ss + k + n * k * p * q)
-        peak = peaks[0] if elt == 2 else peaks[1]
-        floor_us = max(flops / (peak * 1e12), bytes_ / (peaks[2] * 1e9)) * 1e6
-        ours_us = float(r["ours_ms"]) * 1e3
-        plain_us = float(t["torch_ms"]) * 1e3
-        fused_us = float(t["torch_fused_ms"]) * 1e3
-        best = min(x for x in (plain_us, fused_us) if not math.isnan(x))
-        speedup = best / ours_us
+        ours_us = number(r, "ours_ms") * 1e3
+        ours_graph_us = number(r, "ours_graph_ms") * 1e3
+        graph_us, variant, eager_us = torch_layer_us(torch_rows[key])
+        floor = floor_us(shapes[r["name"]], n, r["dtype"], peaks)
+        speedup = ratio(graph_us, ours_us)
+        eager_speedup = ratio(eager_us, ours_us)
+        graph_speedup = ratio(graph_us, ours_graph_us)
+        vs_graph.append(speedup)
+        vs_eager.append(eager_speedup)
+        ours_graph_vs_graph.append(graph_speedup)
+        line = (f"{r['name']:36} {n:>3} {r['dtype']:8} {r.get('path', ''):8} {fmt(ours_us, 8)} "
+                f"{fmt(graph_us, 14)} {variant or '-':11} {fmt(speedup, 7)} {fmt(eager_us, 9)} "
+                f"{fmt(eager_speedup, 8)} {fmt(floor, 8)} {fmt(100 * ratio(floor, ours_us), 6, 1)}")
+        if has_ours_graph:
+            line += f" {fmt(ours_graph_us, 13)} {fmt(graph_speedup, 14)}"
+        print(line, file=out)
+        joined.append({"layer": r["name"], "batch": n, "dtype": r["dtype"],
+                       "layout": r["layout"], "path": r.get("path", ""), "ours_us": ours_us,
+                       "torch_graph_us": graph_us, "torch_graph_variant": variant,
+                       "speedup_vs_graph": speedup, "torch_eager_us": eager_us,
+                       "speedup_vs_eager": eager_speedup, "floor_us": floor,
+                       "floor_fraction": ratio(floor, ours_us), "ours_graph_us": ours_graph_us,
+                       "ours_graph_speedup_vs_graph": graph_speedup})
+    if missing:
+        print(f"({missing} rows of ours had no PyTorch row or no shape; left out)", file=out)
+
+    def summary(label, speedups):
+        finite = [s for s in speedups if not math.isnan(s)]
+        if not finite:
+            print(f"{label}: no layers with both figures", file=out)
+            return
+        slower = sum(s < 1.0 for s in finite)
+        print(f"{label}: geometric-mean speedup {geomean(finite):.3f} over {len(finite)} "
+              f"layers; {slower} layers slower than PyTorch", file=out)
+
+    print("== layer summary", file=out)
+    summary("vs PyTorch graph replay (headline)", vs_graph)
+    summary("vs PyTorch eager", vs_eager)
+    if has_ours_graph:
+        summary("ours under bench-side graph replay vs PyTorch graph replay (forecast)",
+                ours_graph_vs_graph)
+    for batch, dtype in sorted({(row["batch"], row["dtype"]) for row in joined}):
+        summary(f"  N={batch} {dtype}, vs graph replay",
+                [row["speedup_vs_graph"] for row in joined
+                 if row["batch"] == batch and row["dtype"] == dtype])
+    slower = sorted((row for row in joined if row["speedup_vs_graph"] < 1.0),
+                    key=lambda row: row["speedup_vs_graph"])
+    if slower:
+        print(f"slowest against PyTorch graph replay (of {len(slower)} slower):", file=out)
+        for row in slower[:args.worst]:
+            print(f"  {row['layer']:34} N={row['batch']:<3} {row['dtype']:8} {row['path']:8} "
+                  f"ours {row['ours_us']:.2f} us, PyTorch {row['torch_graph_us']:.2f} us "
+                  f"({row['torch_graph_variant']}): {row['speedup_vs_graph']:.2f}x", file=out)
+    if args.csv and joined:
+        with open(args.csv, "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=list(joined[0]))
+            writer.writeheader()
+            writer.writerows(joined)
+    return joined
+
+
+def compare_stacks(args, out):
+    ours_meta, ours = read_csv(args.stacks_ours)
+    torch_meta, theirs = read_csv(args.stacks_torch)
+    torch_rows = {(r["stack"], r["batch"]): r for r in theirs}
+    print(f"== stacks: convserve vs PyTorch under graph replay, {torch_meta.get('device', '')}",
+          file=out)
+    for key in ("selection", "method"):
+        if key in ours_meta:
+            print(f"convserve {key}: {ours_meta[key]}", file=out)
+    print(STACK_METHOD, file=out)
+    print(f"{'stack':28} {'N':>3} {'layers':>6} {'ours_us':>9} {'torch_graph_us':>14} "
+          f"{'speedup':>7} {'ours_mean_us':>12} {'ours_wall_us':>12} {'torch_b2b_us':>12} "
+          f"{'torch_eager_us':>14}", file=out)
+    speedups = []
+    for r in ours:
+        t = torch_rows.get((r["stack"], r["batch"]))
+        ours_us = number(r, "gpu_median_us")
+        torch_us = number(t, "graph_median_us") if t else math.nan
+        speedup = ratio(torch_us, ours_us)
         speedups.append(speedup)
-        slower += speedup < 1.0
-        print(f"{r['name']:36} {n:>3} {r['dtype']:8} {r['path']:8} {ours_us:9.2f} {plain_us:9.2f} "
-              f"{fused_us:10.2f} {floor_us:9.2f} {speedup:8.2f}")
-    if speedups:
-        geomean = math.exp(sum(math.log(s) for s in speedups) / len(speedups))
-        print(f"geometric-mean speedup over PyTorch's best: {geomean:.3f} over {len(speedups)} "
-              f"layers; {slower} layers slower than PyTorch")
+        print(f"{r['stack']:28} {int(r['batch']):>3} {r.get('layers', ''):>6} {fmt(ours_us, 9)} "
+              f"{fmt(torch_us, 14)} {fmt(speedup, 7)} {fmt(number(r, 'gpu_mean_us'), 12)} "
+              f"{fmt(number(r, 'wall_median_us'), 12)} "
+              f"{fmt(number(t, 'graph_b2b_us') if t else math.nan, 12)} "
+              f"{fmt(number(t, 'eager_median_us') if t else math.nan, 14)}", file=out)
+    finite = [s for s in speedups if not math.isnan(s)]
+    if finite:
+        print(f"stacks: geometric-mean speedup {geomean(finite):.3f} over {len(finite)} stacks; "
+              f"{sum(s < 1.0 for s in finite)} slower than PyTorch under graph replay", file=out)
+    else:
+        print("stacks: no stack with both figures", file=out)
+    return speedups
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--ours", help="conv_layer_bench CSV")
+    parser.add_argument("--torch", help="bench_pytorch.py CSV")
+    parser.add_argument("--shapes", default="tests/bench/conv_shapes.csv")
+    parser.add_argument("--peaks", default="", help="fp16_tflops,tf32_tflops,gbs")
+    parser.add_argument("--csv", default="", help="also write the joined layer table here")
+    parser.add_argument("--worst", type=int, default=10,
+                        help="how many of the layers slower than PyTorch to list in the summary")
+    parser.add_argument("--stacks_ours", help="stack_bench CSV")
+    parser.add_argument("--stacks_torch", help="bench_pytorch_stacks.py CSV")
+    args = parser.parse_args(argv)
+    if bool(args.ours) != bool(args.torch) or bool(args.stacks_ours) != bool(args.stacks_torch):
+        parser.error("give --ours with --torch, and --stacks_ours with --stacks_torch")
+    if not args.ours and not args.stacks_ours:
+        parser.error("nothing to compare: give --ours/--torch and/or --stacks_ours/--stacks_torch")
+    if args.ours:
+        compare_layers(args, sys.stdout)
+    if args.stacks_ours:
+        if args.ours:
+            print(file=sys.stdout)
+        compare_stacks(args, sys.stdout)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -2,7 +2,10 @@
 # Makes a relocatable bundle of built binaries: bundle/bin/* plus every shared
 # library they need that a GPU host may lack, in bundle/lib. Left out: glibc,
 # libstdc++, libgcc, the CUDA driver and cuDNN, which the host provides.
-#   scripts/bundle.sh [BUILD_DIR] [OUT_DIR]
+#   scripts/bundle.sh [BUILD_DIR] [OUT_DIR] [BINARY...]
+# BINARY... (paths under BUILD_DIR) bundles only those, e.g. the benchmark's
+# two for scripts/bench_gpu_time.sh, a smaller copy to carry:
+#   scripts/bundle.sh build bundle tests/conv_layer_bench tests/stack_bench
 # Run with:  LD_LIBRARY_PATH=bundle/lib bundle/bin/convserve-server ...
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -12,8 +15,9 @@ binaries=(convserve-server convserve-prober convserve-load convserve-health
           tests/cudnn_backend_test tests/gpu_server_test tests/device_pool_test tests/cuda_graph_test
           tests/gpu_fault_test tests/gpu_random_graph_oracle_test
           tests/sigterm_during_traffic_test tests/unload_during_traffic_test
-          tests/conv_layer_bench tests/runtime_bench tests/plan_cache_bench
+          tests/conv_layer_bench tests/runtime_bench tests/plan_cache_bench tests/stack_bench
           tests/rpc_floor_bench)
+if [ $# -gt 2 ]; then binaries=("${@:3}"); fi
 
 rm -rf "$out"
 mkdir -p "$out/bin" "$out/lib"

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Runs the GPU checks from a bundle (scripts/bundle.sh) on a GPU host, from the
-# repository root: the gpu-labelled tests, a server on the GPU, and the layer
-# benchmark beside PyTorch. Logs go to $OUT (default ./gpu_logs); a short
-# summary is printed last.
+# repository root: the gpu-labelled tests, a server on the GPU, and the
+# benchmark beside PyTorch (scripts/bench_gpu_time.sh). Logs go to $OUT
+# (default ./gpu_logs); a short summary is printed last.
 #   LD_LIBRARY_PATH is set from the bundle; nothing is installed.
 set -uo pipefail
 bundle="${BUNDLE:-bundle}"
@@ -94,16 +94,10 @@ if [[ " $steps " == *" server "* ]]; then
 fi
 
 if [[ " $steps " == *" bench "* ]]; then
-  timeout 240 "$bin/conv_layer_bench" --engine_selection=heuristic > "$out/ours_heuristic.csv" \
-    2> "$out/ours_heuristic.err"
-  timeout 300 "$bin/conv_layer_bench" --engine_selection=autotune > "$out/ours_autotune.csv" \
-    2> "$out/ours_autotune.err"
-  timeout 300 python3 scripts/bench_pytorch.py > "$out/torch.csv" 2> "$out/torch.err"
-  for selection in heuristic autotune; do
-    echo "=== ours ($selection) vs PyTorch"
-    python3 scripts/bench_compare.py --ours "$out/ours_$selection.csv" --torch "$out/torch.csv" \
-      | tee "$out/compare_$selection.txt"
-  done
+  # The fair benchmark against PyTorch (layers and stacks), its logs in
+  # $out/bench.
+  OUT="$out/bench" BUNDLE="$bundle" bash scripts/bench_gpu_time.sh
+  summary+=("bench: see above and $out/bench")
 fi
 
 echo "=== summary"

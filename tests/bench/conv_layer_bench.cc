@@ -5,9 +5,18 @@
 //
 // Measured with CUDA events around back-to-back runs of the compiled layer on
 // device-resident data (no host copies): median over samples of the mean
-// time per run.
+// time per run. ours_ms launches the layer's plan from C++ each run, as the
+// server does today. ours_graph_ms (--graph_replay) captures the same bound
+// plan into a CUDA graph on this benchmark's own stream and cuDNN handle and
+// replays it back to back, the way scripts/bench_pytorch.py times PyTorch: a
+// forecast of what whole-graph CUDA graphs in the runtime (issue 12 scope 2)
+// would give, not the server's path; nan where the capture fails.
+#include <cuda_runtime_api.h>
+
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <memory>
 #include <fstream>
 #include <random>
 #include <sstream>
@@ -18,13 +27,18 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/str_split.h"
 #include "tests/test_util/random_tensor.h"
+#include "engine/cudnn/cuda_resources.h"
 #include "engine/cudnn/cudnn_backend.h"
+#include "engine/cudnn/cudnn_status.h"
+#include "engine/status_macros.h"
 
 ABSL_FLAG(std::string, shapes, "tests/bench/conv_shapes.csv", "shape list");
 ABSL_FLAG(std::string, batches, "1,32", "batch sizes");
 ABSL_FLAG(std::string, engine_selection, "heuristic", "heuristic, heuristic_b, fallback, autotune");
 ABSL_FLAG(int, samples, 15, "timed samples per layer");
 ABSL_FLAG(int, runs_per_sample, 20, "back-to-back runs per sample");
+ABSL_FLAG(bool, graph_replay, true,
+          "also time the layer captured into a CUDA graph by this benchmark (ours_graph_ms)");
 
 namespace convserve {
 namespace {
@@ -50,6 +64,78 @@ std::vector<ConvShape> ReadShapes(const std::string& path) {
   return shapes;
 }
 
+// Times an executable's layers captured into one CUDA graph, replayed back
+// to back between CUDA events (the method bench_pytorch.py uses for
+// PyTorch). Owns the stream and cuDNN handle the capture runs on; the
+// executable's plans are already bound to its own device buffers.
+class GraphReplayTimer {
+ public:
+  static absl::StatusOr<std::unique_ptr<GraphReplayTimer>> Create() {
+    ASSIGN_OR_RETURN(CudaStream stream, CudaStream::Create());
+    ASSIGN_OR_RETURN(CudnnHandle handle, CudnnHandle::Create(stream.get()));
+    ASSIGN_OR_RETURN(CudaEvent start, CudaEvent::Create());
+    ASSIGN_OR_RETURN(CudaEvent stop, CudaEvent::Create());
+    return std::unique_ptr<GraphReplayTimer>(new GraphReplayTimer(
+        std::move(stream), std::move(handle), std::move(start), std::move(stop)));
+  }
+
+  // Mean milliseconds per replay of each sample.
+  absl::StatusOr<std::vector<float>> Time(const CudnnExecutable& executable, int warmup,
+                                          int samples, int runs_per_sample) {
+    cudaStream_t stream = stream_.get();
+    CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    absl::Status enqueued;
+    for (size_t i = 0; i < executable.plans().size() && enqueued.ok(); ++i) {
+      enqueued = executable.plans()[i].RunBound(handle_.get(), stream, executable.problems()[i]);
+    }
+    cudaGraph_t captured = nullptr;
+    const cudaError_t ended = cudaStreamEndCapture(stream, &captured);
+    const auto destroy_graph = [](cudaGraph_t g) { cudaGraphDestroy(g); };
+    std::unique_ptr<CUgraph_st, decltype(destroy_graph)> graph(captured, destroy_graph);
+    if (!enqueued.ok()) {
+      cudaGetLastError();
+      return enqueued;
+    }
+    CUDA_RETURN_IF_ERROR(ended);
+    cudaGraphExec_t instantiated = nullptr;
+    CUDA_RETURN_IF_ERROR(cudaGraphInstantiate(&instantiated, graph.get(), 0));
+    const auto destroy_exec = [](cudaGraphExec_t e) { cudaGraphExecDestroy(e); };
+    std::unique_ptr<CUgraphExec_st, decltype(destroy_exec)> exec(instantiated, destroy_exec);
+    for (int i = 0; i < warmup; ++i) CUDA_RETURN_IF_ERROR(cudaGraphLaunch(exec.get(), stream));
+    CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+    std::vector<float> times;
+    runs_per_sample = std::max(runs_per_sample, 1);
+    for (int i = 0; i < samples; ++i) {
+      CUDA_RETURN_IF_ERROR(cudaEventRecord(start_.get(), stream));
+      for (int r = 0; r < runs_per_sample; ++r) {
+        CUDA_RETURN_IF_ERROR(cudaGraphLaunch(exec.get(), stream));
+      }
+      CUDA_RETURN_IF_ERROR(cudaEventRecord(stop_.get(), stream));
+      CUDA_RETURN_IF_ERROR(cudaEventSynchronize(stop_.get()));
+      float ms = 0;
+      CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&ms, start_.get(), stop_.get()));
+      times.push_back(ms / runs_per_sample);
+    }
+    return times;
+  }
+
+ private:
+  GraphReplayTimer(CudaStream stream, CudnnHandle handle, CudaEvent start, CudaEvent stop)
+      : stream_(std::move(stream)),
+        handle_(std::move(handle)),
+        start_(std::move(start)),
+        stop_(std::move(stop)) {}
+
+  CudaStream stream_;
+  CudnnHandle handle_;
+  CudaEvent start_, stop_;
+};
+
+float Median(std::vector<float> times) {
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
 int Run() {
   CudnnBackendOptions options;
   absl::StatusOr<EngineSearch> search = ParseEngineSearch(absl::GetFlag(FLAGS_engine_selection));
@@ -64,7 +150,23 @@ int Run() {
     return 2;
   }
   std::fprintf(stderr, "%s\n", (*backend)->Describe().c_str());
-  std::printf("name,batch,dtype,layout,selection,path,engine,ours_ms\n");
+  std::unique_ptr<GraphReplayTimer> graph_timer;
+  if (absl::GetFlag(FLAGS_graph_replay)) {
+    absl::StatusOr<std::unique_ptr<GraphReplayTimer>> timer = GraphReplayTimer::Create();
+    if (timer.ok()) {
+      graph_timer = *std::move(timer);
+    } else {
+      std::fprintf(stderr, "conv_layer_bench: no graph replay: %s\n",
+                   timer.status().ToString().c_str());
+    }
+  }
+  std::printf("# cudnn: %s\n", (*backend)->Describe().c_str());
+  std::printf("# method: CUDA events around %d back-to-back runs, median of %d samples; "
+              "ours_ms = plan launched from C++ per run (the server's path today); "
+              "ours_graph_ms = the same plan captured by this benchmark into a CUDA graph, one "
+              "replay per run\n",
+              absl::GetFlag(FLAGS_runs_per_sample), absl::GetFlag(FLAGS_samples));
+  std::printf("name,batch,dtype,layout,selection,path,engine,ours_ms,ours_graph_ms\n");
   std::mt19937_64 rng(1);
   const struct {
     DType dtype;
@@ -117,12 +219,22 @@ int Run() {
           std::fprintf(stderr, "%s: %s\n", shape.name.c_str(), times.status().ToString().c_str());
           continue;
         }
-        std::sort(times->begin(), times->end());
+        float graph_ms = NAN;
+        if (graph_timer != nullptr) {
+          absl::StatusOr<std::vector<float>> replays = graph_timer->Time(
+              *executable, 3, absl::GetFlag(FLAGS_samples), absl::GetFlag(FLAGS_runs_per_sample));
+          if (replays.ok()) {
+            graph_ms = Median(*replays);
+          } else {
+            std::fprintf(stderr, "%s N=%ld %s: graph replay: %s\n", shape.name.c_str(), batch,
+                         DTypeName(variant.dtype), replays.status().ToString().c_str());
+          }
+        }
         const ConvLayerPlan& plan = executable->plans()[0];
-        std::printf("%s,%ld,%s,%s,%s,%s,%ld,%.5f\n", shape.name.c_str(), batch,
+        std::printf("%s,%ld,%s,%s,%s,%s,%ld,%.5f,%.5f\n", shape.name.c_str(), batch,
                     DTypeName(variant.dtype), LayoutName(variant.layout),
                     absl::GetFlag(FLAGS_engine_selection).c_str(), LayerPathName(plan.path()),
-                    plan.engine_index(), (*times)[times->size() / 2]);
+                    plan.engine_index(), Median(*times), graph_ms);
         std::fflush(stdout);
       }
     }

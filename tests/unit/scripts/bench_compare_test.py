@@ -1,0 +1,157 @@
+#!/usr/bin/env python3
+"""scripts/bench_compare.py on synthetic CSVs: the join, speedups against
+PyTorch's graph-replay and eager figures, geometric means, slower-layer
+counts, the roofline floor, old eager-only PyTorch CSVs, missing figures, and
+the stack table. Runs without a GPU or PyTorch."""
+import contextlib
+import io
+import math
+import os
+import sys
+import tempfile
+import unittest
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+
+import bench_compare  # noqa: E402
+
+SHAPES = """\
+# name,C,H,W,K,R,S,stride,pad,groups
+a_1x1,64,56,56,64,1,1,1,0,1
+b_3x3,64,56,56,64,3,3,1,1,1
+c_dw,144,56,56,144,3,3,1,1,144
+"""
+
+OURS = """\
+# method: ours test method line
+name,batch,dtype,layout,selection,path,engine,ours_ms,ours_graph_ms
+a_1x1,1,float16,NHWC,autotune,fused,3,0.00800,0.00400
+b_3x3,1,float16,NHWC,autotune,fused,4,0.01000,0.00500
+c_dw,32,float16,NHWC,autotune,unfused,7,0.05000,
+d_unknown,1,float16,NHWC,autotune,fused,1,0.01000,0.01000
+"""
+
+TORCH = """\
+# device: NVIDIA H100 80GB HBM3
+# torch: 2.11.0; cudnn: 91400; cuda: 13.0
+name,batch,dtype,layout,graph_best_ms,graph_best_variant,graph_conv_relu_ms,graph_cudnn_fused_ms,eager_best_ms,eager_best_variant,eager_conv_relu_ms,eager_cudnn_fused_ms
+a_1x1,1,float16,NHWC,0.00400,cudnn_fused,0.00500,0.00400,0.02400,cudnn_fused,0.04000,0.02400
+b_3x3,1,float16,NHWC,0.02000,conv_relu,0.02000,nan,0.04000,conv_relu,0.04000,nan
+c_dw,32,float16,NHWC,0.10000,conv_relu,0.10000,0.50000,0.20000,conv_relu,0.20000,0.60000
+"""
+
+TORCH_OLD = """\
+# device: NVIDIA H100 80GB HBM3
+name,batch,dtype,layout,torch_ms,torch_fused_ms
+a_1x1,1,float16,NHWC,0.04000,0.02400
+b_3x3,1,float16,NHWC,0.04000,nan
+"""
+
+STACKS_OURS = """\
+# selection: autotune
+# method: ours stack method line
+stack,batch,dtype,layout,layers,requests,gpu_median_us,gpu_mean_us,wall_median_us,wall_mean_us
+resnet,1,float16,NHWC,9,500,100.0,110.0,140.0,150.0
+resnet,32,float16,NHWC,9,500,400.0,410.0,450.0,460.0
+mobile,1,float16,NHWC,6,500,50.0,55.0,70.0,75.0
+"""
+
+STACKS_TORCH = """\
+# device: NVIDIA H100 80GB HBM3
+stack,batch,dtype,layout,layers,requests,graph_median_us,graph_mean_us,graph_b2b_us,graph_variant,eager_median_us
+resnet,1,float16,NHWC,9,500,50.0,52.0,40.0,cudnn_fused,200.0
+resnet,32,float16,NHWC,9,500,800.0,810.0,790.0,conv_act,900.0
+"""
+
+
+class BenchCompareTest(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.TemporaryDirectory()
+        self.addCleanup(self.dir.cleanup)
+
+    def write(self, name, text):
+        path = os.path.join(self.dir.name, name)
+        with open(path, "w") as f:
+            f.write(text)
+        return path
+
+    def run_compare(self, *argv):
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            self.assertEqual(bench_compare.main(list(argv)), 0)
+        return out.getvalue()
+
+    def layer_args(self, torch_text=TORCH, ours_text=OURS):
+        return ["--ours", self.write("ours.csv", ours_text), "--torch",
+                self.write("torch.csv", torch_text), "--shapes", self.write("shapes.csv", SHAPES),
+                "--csv", os.path.join(self.dir.name, "joined.csv")]
+
+    def test_speedups_are_torch_over_ours_against_graph_replay_and_eager(self):
+        text = self.run_compare(*self.layer_args())
+        _, rows = bench_compare.read_csv(os.path.join(self.dir.name, "joined.csv"))
+        by_name = {r["layer"]: r for r in rows}
+        self.assertEqual(sorted(by_name), ["a_1x1", "b_3x3", "c_dw"])  # d_unknown has no peer
+        self.assertAlmostEqual(float(by_name["a_1x1"]["speedup_vs_graph"]), 0.5)
+        self.assertAlmostEqual(float(by_name["a_1x1"]["speedup_vs_eager"]), 3.0)
+        self.assertAlmostEqual(float(by_name["b_3x3"]["speedup_vs_graph"]), 2.0)
+        self.assertAlmostEqual(float(by_name["c_dw"]["speedup_vs_graph"]), 2.0)
+        self.assertEqual(by_name["a_1x1"]["torch_graph_variant"], "cudnn_fused")
+        # Geometric mean of 0.5, 2, 2 = 2^(1/3); one layer slower.
+        self.assertIn(f"vs PyTorch graph replay (headline): geometric-mean speedup "
+                      f"{2 ** (1 / 3):.3f} over 3 layers; 1 layers slower", text)
+        # Eager: 3, 4, 4.
+        self.assertIn(f"vs PyTorch eager: geometric-mean speedup {(48) ** (1 / 3):.3f} over 3 "
+                      f"layers; 0 layers slower", text)
+        self.assertIn("(1 rows of ours had no PyTorch row or no shape; left out)", text)
+        self.assertIn("NVIDIA H100 80GB HBM3", text)
+        self.assertIn("slowest against PyTorch graph replay (of 1 slower):", text)
+        self.assertRegex(text, r"\n  a_1x1 +N=1 +float16 +fused +ours 8.00 us, PyTorch 4.00 us "
+                               r"\(cudnn_fused\): 0.50x")
+        self.assertIn("N=1 float16, vs graph replay: geometric-mean speedup 1.000 over 2", text)
+        self.assertIn("ours test method line", text)
+        self.assertIn("method (both)", text)
+
+    def test_bench_side_graph_replay_column_is_a_separate_forecast(self):
+        text = self.run_compare(*self.layer_args())
+        self.assertIn("ours_graph_us", text)
+        # a: 4/4 = 1.0, b: 20/5 = 4.0, c: no figure -> 2 layers.
+        self.assertIn("(forecast): geometric-mean speedup 2.000 over 2 layers; 0 layers slower",
+                      text)
+
+    def test_floor_is_roofline_of_flops_and_bytes(self):
+        self.run_compare(*self.layer_args())
+        _, rows = bench_compare.read_csv(os.path.join(self.dir.name, "joined.csv"))
+        a = next(r for r in rows if r["layer"] == "a_1x1")
+        flops = 2.0 * 1 * 64 * 56 * 56 * 64
+        bytes_ = 2 * (64 * 56 * 56 + 64 * 64 + 64 + 64 * 56 * 56)
+        expected = max(flops / 989.4e12, bytes_ / 3350e9) * 1e6
+        self.assertAlmostEqual(float(a["floor_us"]), expected, places=6)
+        self.assertAlmostEqual(float(a["floor_fraction"]), expected / 8.0, places=6)
+
+    def test_old_eager_only_torch_csv_has_no_headline(self):
+        text = self.run_compare(*self.layer_args(TORCH_OLD))
+        self.assertIn("vs PyTorch graph replay (headline): no layers with both figures", text)
+        self.assertIn(f"vs PyTorch eager: geometric-mean speedup {math.sqrt(12):.3f} over 2", text)
+
+    def test_stacks_table_and_geomean(self):
+        text = self.run_compare("--stacks_ours", self.write("so.csv", STACKS_OURS),
+                                "--stacks_torch", self.write("st.csv", STACKS_TORCH))
+        lines = text.splitlines()
+        resnet1 = next(l for l in lines if l.startswith("resnet") and l.split()[1] == "1")
+        self.assertEqual(resnet1.split()[3:6], ["100.00", "50.00", "0.50"])
+        mobile = next(l for l in lines if l.startswith("mobile"))
+        self.assertEqual(mobile.split()[4:6], ["-", "-"])  # no PyTorch row
+        self.assertIn("stacks: geometric-mean speedup 1.000 over 2 stacks; 1 slower", text)
+        self.assertIn("no residual add", text)
+
+    def test_flags_must_come_in_pairs(self):
+        with contextlib.redirect_stderr(io.StringIO()):
+            with self.assertRaises(SystemExit):
+                bench_compare.main(["--ours", "x.csv"])
+            with self.assertRaises(SystemExit):
+                bench_compare.main([])
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,89 @@
+#!/usr/bin/env python3
+"""scripts/bench_gpu_time.sh with stand-ins for the GPU programs: a fake
+bundle (conv_layer_bench prints a CSV; stack_bench is missing) and a fake
+python that answers for PyTorch (bench_pytorch.py prints a CSV,
+bench_pytorch_stacks.py fails). The driver must compare what it has, report
+the missing binary and the failing step with their reasons, and print the
+short tables last. Runs without a GPU or PyTorch."""
+import os
+import stat
+import subprocess
+import tarfile
+import tempfile
+import unittest
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
+
+OURS = """\
+# method: fake
+name,batch,dtype,layout,selection,path,engine,ours_ms,ours_graph_ms
+resnet50_56_1x1_64_64,1,float16,NHWC,autotune,fused,3,0.00800,0.00400
+resnet50_56_3x3_64_64,32,float16,NHWC,autotune,fused,4,0.02500,0.02400
+"""
+
+TORCH = """\
+# device: NVIDIA H100 80GB HBM3
+name,batch,dtype,layout,graph_best_ms,graph_best_variant,graph_conv_relu_ms,graph_cudnn_fused_ms,eager_best_ms,eager_best_variant,eager_conv_relu_ms,eager_cudnn_fused_ms
+resnet50_56_1x1_64_64,1,float16,NHWC,0.00400,cudnn_fused,0.00500,0.00400,0.02400,cudnn_fused,0.04000,0.02400
+resnet50_56_3x3_64_64,32,float16,NHWC,0.05000,conv_relu,0.05000,0.06000,0.06000,conv_relu,0.06000,0.07000
+"""
+
+
+def executable(path, text):
+    with open(path, "w") as f:
+        f.write(text)
+    os.chmod(path, os.stat(path).st_mode | stat.S_IEXEC)
+
+
+class BenchGpuTimeTest(unittest.TestCase):
+    def test_compares_what_ran_and_reports_what_did_not(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            bundle = os.path.join(tmp, "bundle")
+            os.makedirs(os.path.join(bundle, "bin"))
+            os.makedirs(os.path.join(bundle, "lib"))
+            executable(os.path.join(bundle, "bin", "conv_layer_bench"),
+                       f"#!/bin/sh\necho 'fake backend' >&2\ncat <<'EOF'\n{OURS}EOF\n")
+            fake_python = os.path.join(tmp, "python")
+            executable(fake_python, f"""#!/bin/bash
+case "$1" in
+  -c) echo ok ;;
+  scripts/bench_pytorch.py) cat <<'EOF'
+{TORCH}EOF
+  ;;
+  scripts/bench_pytorch_stacks.py) echo "RuntimeError: fake capture failure" >&2; exit 3 ;;
+  *) exec /usr/bin/python3 "$@" ;;
+esac
+""")
+            out = os.path.join(tmp, "out")
+            env = dict(os.environ, BUNDLE=bundle, OUT=out, PYTHON=fake_python,
+                       PATH="/usr/bin:/bin")
+            result = subprocess.run(["bash", "scripts/bench_gpu_time.sh"], cwd=ROOT, env=env,
+                                    capture_output=True, text=True, timeout=120)
+            text = result.stdout
+            self.assertEqual(result.returncode, 0, result.stderr)
+            self.assertIn("conv_layer_bench: ok, 2 rows", text)
+            self.assertIn("bench_pytorch: ok, 2 rows", text)
+            self.assertIn(f"stack_bench: skipped, {bundle}/bin/stack_bench missing", text)
+            self.assertIn("bench_pytorch_stacks: FAILED (exit 3)", text)
+            self.assertIn("RuntimeError: fake capture failure", text)
+            # 0.5x and 2.0x: geometric mean 1.0, one slower; the table is in the file.
+            self.assertIn("vs PyTorch graph replay (headline): geometric-mean speedup 1.000 over "
+                          "2 layers; 1 layers slower", text)
+            self.assertIn("no stack comparison", text)
+            self.assertTrue(os.path.exists(os.path.join(out, "compare_layers.csv")))
+            with open(os.path.join(out, "compare_layers.txt")) as f:
+                self.assertIn("resnet50_56_3x3_64_64", f.read())
+            # At most eight plain files directly under $OUT (what a device
+            # harness returns); the logs are packed in logs.tar.gz.
+            files = sorted(os.listdir(out))
+            self.assertLessEqual(len(files), 8, files)
+            self.assertIn("logs.tar.gz", files)
+            with tarfile.open(os.path.join(out, "logs.tar.gz")) as logs:
+                self.assertIn("./bench_pytorch_stacks.err", logs.getnames())
+            # The step list is the last thing printed.
+            self.assertRegex(text.rstrip().splitlines()[-1],
+                             r"^bench_pytorch_stacks: FAILED .*/bench_pytorch_stacks.err$")
+
+
+if __name__ == "__main__":
+    unittest.main()
