@@ -31,6 +31,8 @@
 #include "engine/cudnn/cudnn_backend.h"
 #include "engine/cudnn/cudnn_status.h"
 #include "engine/status_macros.h"
+#include "spdlog/sinks/stdout_color_sinks.h"
+#include "spdlog/spdlog.h"
 
 ABSL_FLAG(std::string, shapes, "tests/bench/conv_shapes.csv", "shape list");
 ABSL_FLAG(std::string, batches, "1,32", "batch sizes");
@@ -246,6 +248,8 @@ int Run() {
 }  // namespace convserve
 
 int main(int argc, char** argv) {
+  // Logs on stderr: stdout is the CSV.
+  spdlog::set_default_logger(spdlog::stderr_color_mt("bench"));
   absl::ParseCommandLine(argc, argv);
   return convserve::Run();
 }

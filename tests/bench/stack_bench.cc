@@ -33,6 +33,8 @@
 #include "engine/cudnn/cudnn_backend.h"
 #include "engine/runtime/device_pool.h"
 #include "server/proto_convert.h"
+#include "spdlog/sinks/stdout_color_sinks.h"
+#include "spdlog/spdlog.h"
 
 ABSL_FLAG(std::string, stacks,
           "tests/bench/resnet50_bottleneck_stack.textproto,"
@@ -254,6 +256,8 @@ int Run() {
 }  // namespace convserve
 
 int main(int argc, char** argv) {
+  // Logs on stderr: stdout is the CSV.
+  spdlog::set_default_logger(spdlog::stderr_color_mt("bench"));
   absl::ParseCommandLine(argc, argv);
   return convserve::Run();
 }
