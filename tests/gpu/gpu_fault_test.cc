@@ -14,6 +14,7 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -299,8 +300,12 @@ TEST(GpuFaultTest, FaultingCandidateIsQuarantinedAndNotTriedAfterRestart) {
                                           "--log_level=debug"};
   const v1::GraphDef graph = SmallGraph("quarantine");
   const TrafficRequest request = MakeTrafficRequest(graph, {2, 16, 33, 31}, 8, 1e-2);
-  double quarantined[2], vetoed[2], starts[2];
-  for (int run = 0; run < 2; ++run) {
+  // Run 0 faults and quarantines; run 1 (a restart without the stored
+  // engine choice) searches again and vetoes the candidate; run 2 (a restart
+  // with it) takes the choice from the store and starts no prober.
+  double quarantined[3], vetoed[3], starts[3], from_store[3];
+  for (int run = 0; run < 3; ++run) {
+    if (run == 1) std::filesystem::remove_all(dir->path() + "/store/choice");
     std::unique_ptr<ServerProcess> server =
         ServerProcess::Start(dir->path(), absl::StrCat("server", run, ".log"), flags);
     ASSERT_NE(server, nullptr);
@@ -314,6 +319,8 @@ TEST(GpuFaultTest, FaultingCandidateIsQuarantinedAndNotTriedAfterRestart) {
     quarantined[run] = server->Metric("convserve_engine_candidates_quarantined_total").value_or(-1);
     vetoed[run] = server->Metric("convserve_engine_candidates_vetoed_total").value_or(-1);
     starts[run] = server->Metric("convserve_engine_prober_starts_total").value_or(-1);
+    from_store[run] =
+        server->Metric("convserve_engine_choices_from_store_total").value_or(-1);
     EXPECT_EQ(server->Health(), "SERVING");
     kill(server->child().pid(), SIGTERM);
     absl::StatusOr<int> exit_code = server->child().Wait(absl::Seconds(60));
@@ -330,9 +337,15 @@ TEST(GpuFaultTest, FaultingCandidateIsQuarantinedAndNotTriedAfterRestart) {
   EXPECT_EQ(quarantined[1], 0);
   EXPECT_GE(vetoed[1], 1);
   EXPECT_EQ(starts[1], 1);
+  EXPECT_EQ(from_store[1], 0);
+  EXPECT_EQ(quarantined[2], 0);
+  EXPECT_EQ(starts[2], 0) << "the engine choice came from the plan store";
+  EXPECT_GE(from_store[2], 1);
   std::printf("quarantine: before restart quarantined %.0f, prober starts %.0f; after restart "
-              "quarantined %.0f, vetoed %.0f, prober starts %.0f\n",
-              quarantined[0], starts[0], quarantined[1], vetoed[1], starts[1]);
+              "without stored choices quarantined %.0f, vetoed %.0f, prober starts %.0f; with "
+              "them quarantined %.0f, prober starts %.0f, choices from the store %.0f\n",
+              quarantined[0], starts[0], quarantined[1], vetoed[1], starts[1], quarantined[2],
+              starts[2], from_store[2]);
 }
 
 }  // namespace
