@@ -21,12 +21,13 @@ import os
 import re
 import shutil
 import signal
-import socket
 import struct
 import subprocess
 import sys
 import time
-import traceback
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "test_util"))
+from server_process import Checks, Fatal, clean_env, die_with_parent, free_port  # noqa: E402
 
 MODEL = "resnet_block"  # the name in deploy/examples/resnet_block.textproto
 INPUT_SHAPE = [2, 3, 20, 24]  # N, C, H, W; the graph is NCHW
@@ -38,64 +39,6 @@ STOP_TIMEOUT_S = 30
 
 PROTO_FILES = ["inference/model_config.proto", "inference/grpc_predict_v2.proto",
                "convserve/v1/convserve.proto"]
-
-
-class Fatal(Exception):
-    """A failure after which the remaining checks cannot run."""
-
-
-class Checks:
-    def __init__(self):
-        self.passed = 0
-        self.failed = 0
-
-    def run(self, name, fn, *args):
-        """Runs fn(*args); prints PASS/FAIL. Returns (ok, fn's result)."""
-        start = time.monotonic()
-        try:
-            result = fn(*args)
-        except Exception as e:  # noqa: BLE001 - every failure is reported
-            self.failed += 1
-            if callable(getattr(e, "code", None)) and callable(getattr(e, "details", None)):
-                what = "RPC failed: %s: %s" % (e.code(), e.details())  # a grpc.RpcError
-            else:
-                what = "%s: %s" % (type(e).__name__, e)
-            print("FAIL %s (%.2fs): %s" % (name, time.monotonic() - start, what), flush=True)
-            if not isinstance(e, (AssertionError, Fatal)) and not what.startswith("RPC"):
-                traceback.print_exc()
-            return False, None
-        self.passed += 1
-        detail = (": " + result) if isinstance(result, str) and result else ""
-        print("PASS %s (%.2fs)%s" % (name, time.monotonic() - start, detail), flush=True)
-        return True, result
-
-
-def clean_env():
-    """The environment for child processes, without HTTP proxies (gRPC would
-    honour them, even for loopback)."""
-    env = dict(os.environ)
-    for key in list(env):
-        if key.lower() in ("http_proxy", "https_proxy", "all_proxy", "grpc_proxy"):
-            del env[key]
-    env["no_proxy"] = env["NO_PROXY"] = "127.0.0.1,localhost"
-    return env
-
-
-def die_with_parent():
-    """preexec_fn: the child gets SIGTERM if this process dies (e.g. killed by
-    a ctest timeout), so no server is left behind."""
-    try:
-        import ctypes
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except Exception:  # noqa: BLE001 - best effort only
-        pass
-
-
-def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def read_bytes(path):

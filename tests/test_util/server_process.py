@@ -40,9 +40,12 @@ class Checks:
             return False, None
         except Exception as e:  # noqa: BLE001 - every failure is reported
             self.failed += 1
-            print("FAIL %s (%.2fs): %s: %s" % (name, time.monotonic() - start,
-                                               type(e).__name__, e), flush=True)
-            if not isinstance(e, (AssertionError, Fatal)):
+            if callable(getattr(e, "code", None)) and callable(getattr(e, "details", None)):
+                what = "RPC failed: %s: %s" % (e.code(), e.details())  # a grpc.RpcError
+            else:
+                what = "%s: %s" % (type(e).__name__, e)
+            print("FAIL %s (%.2fs): %s" % (name, time.monotonic() - start, what), flush=True)
+            if not isinstance(e, (AssertionError, Fatal)) and not what.startswith("RPC"):
                 traceback.print_exc()
             return False, None
         self.passed += 1
