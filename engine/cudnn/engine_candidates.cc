@@ -106,7 +106,8 @@ bool HasNote(const EngineInfo& info, cudnnBackendNumericalNote_t note) {
 // Why `info` may not run under `selection`, or "" when it may.
 std::string Rejection(const EngineInfo& info, const ConvLayerProblem& problem,
                       const EngineSelection& selection, const CudnnTarget& target) {
-  if (selection.blocklist.contains(info.id.engine)) return "blocklisted (--engine_blocklist)";
+  std::string rejection = ConfigRejection(selection, target, problem, info.id);
+  if (!rejection.empty()) return rejection;
   if (selection.deterministic_only && HasNote(info, CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC)) {
     return "non-deterministic (--deterministic)";
   }
@@ -114,11 +115,6 @@ std::string Rejection(const EngineInfo& info, const ConvLayerProblem& problem,
       (HasNote(info, CUDNN_NUMERICAL_NOTE_TENSOR_CORE) ||
        HasNote(info, CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS))) {
     return "uses TF32 or down-converts (--strict_float32)";
-  }
-  if (selection.errata != nullptr) {
-    const ErrataRule* rule =
-        selection.errata->Find(target.cudnn_version, target.compute_capability, problem, info.id);
-    if (rule != nullptr) return absl::StrCat("errata rule '", rule->name, "': ", rule->reason);
   }
   return "";
 }

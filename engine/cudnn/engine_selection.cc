@@ -12,6 +12,17 @@ std::string CudnnTarget::Key() const {
   return absl::StrCat(device_name, "/sm", compute_capability, "/cudnn", cudnn_version);
 }
 
+std::string ConfigRejection(const EngineSelection& selection, const CudnnTarget& target,
+                            const ConvLayerProblem& problem, const EngineConfigId& id) {
+  if (selection.blocklist.contains(id.engine)) return "blocklisted (--engine_blocklist)";
+  if (selection.errata != nullptr) {
+    const ErrataRule* rule =
+        selection.errata->Find(target.cudnn_version, target.compute_capability, problem, id);
+    if (rule != nullptr) return absl::StrCat("errata rule '", rule->name, "': ", rule->reason);
+  }
+  return "";
+}
+
 absl::StatusOr<EngineSearch> ParseEngineSearch(const std::string& name) {
   if (name == "heuristic" || name == "heuristic_a") return EngineSearch::kHeuristicInstant;
   if (name == "heuristic_b") return EngineSearch::kHeuristicB;

@@ -53,6 +53,12 @@ struct CudnnTarget {
   std::string Key() const;
 };
 
+// Why configuration `id` may not run `problem` under the filters that need no
+// cuDNN call (the blocklist and the errata), or "" when it may. The engine
+// candidate filter and stored engine choices both apply it.
+std::string ConfigRejection(const EngineSelection& selection, const CudnnTarget& target,
+                            const ConvLayerProblem& problem, const EngineConfigId& id);
+
 // "heuristic" (= heuristic_a), "heuristic_b", "fallback" or "autotune".
 absl::StatusOr<EngineSearch> ParseEngineSearch(const std::string& name);
 const char* EngineSearchName(EngineSearch search);

@@ -5,7 +5,6 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "engine/cudnn/cudnn_errata.h"
 #include "engine/runtime/prober_protocol.h"
 #include "spdlog/spdlog.h"
 
@@ -56,12 +55,8 @@ EngineChoiceStore::EngineChoiceStore(PlanStore* store, CudnnTarget target,
 
 std::string EngineChoiceStore::Disallowed(const ConvLayerProblem& problem,
                                           const EngineConfigId& id) const {
-  if (selection_->blocklist.contains(id.engine)) return "blocklisted";
-  if (selection_->errata != nullptr) {
-    const ErrataRule* rule =
-        selection_->errata->Find(target_.cudnn_version, target_.compute_capability, problem, id);
-    if (rule != nullptr) return absl::StrCat("errata rule '", rule->name, "'");
-  }
+  std::string rejection = ConfigRejection(*selection_, target_, problem, id);
+  if (!rejection.empty()) return rejection;
   if (store_->Get("quarantine", QuarantineKey(target_.Key(), problem, id)).has_value()) {
     return "quarantined";
   }

@@ -193,8 +193,9 @@ TEST_F(EngineChoiceStoreTest, ErrataAndBlocklistDropConfigurations) {
   ASSERT_TRUE(loaded.has_value());
   EXPECT_EQ(Names(*loaded), (std::vector<std::string>{"fused:e12:k2=21,k14=3"}));
   EXPECT_FLOAT_EQ(loaded->best_ms, 0.0125f);
-  EXPECT_EQ(dropped, (std::vector<std::string>{"unfused:e46:: errata rule 'no-e46'",
-                                               "fused:e0:: blocklisted"}));
+  EXPECT_EQ(dropped,
+            (std::vector<std::string>{"unfused:e46:: errata rule 'no-e46': seen bad",
+                                      "fused:e0:: blocklisted (--engine_blocklist)"}));
 }
 
 TEST_F(EngineChoiceStoreTest, CorruptOrForeignRecordsAreIgnored) {
