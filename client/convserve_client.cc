@@ -32,10 +32,15 @@ void ConvServeClient::Prepare(grpc::ClientContext* context) const {
 }
 
 absl::StatusOr<v1::LoadGraphResponse> ConvServeClient::LoadGraph(const v1::GraphDef& graph) {
-  grpc::ClientContext context;
-  Prepare(&context);
   v1::LoadGraphRequest request;
   *request.mutable_graph() = graph;
+  return LoadGraph(request);
+}
+
+absl::StatusOr<v1::LoadGraphResponse> ConvServeClient::LoadGraph(
+    const v1::LoadGraphRequest& request) {
+  grpc::ClientContext context;
+  Prepare(&context);
   v1::LoadGraphResponse response;
   grpc::Status status = convserve_->LoadGraph(&context, request, &response);
   if (!status.ok()) return FromGrpcStatus(status);

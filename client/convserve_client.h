@@ -36,6 +36,8 @@ class ConvServeClient {
   explicit ConvServeClient(const ClientOptions& options);
 
   absl::StatusOr<v1::LoadGraphResponse> LoadGraph(const v1::GraphDef& graph);
+  // With every field of the request (e.g. dynamic_batching).
+  absl::StatusOr<v1::LoadGraphResponse> LoadGraph(const v1::LoadGraphRequest& request);
   absl::Status UnloadGraph(const std::string& graph);
   absl::StatusOr<v1::ListGraphsResponse> ListGraphs();
   absl::StatusOr<v1::GraphInfo> GetGraph(const std::string& graph);

@@ -31,7 +31,12 @@ grpc::ServerUnaryReactor* ConvServeService::LoadGraph(grpc::CallbackServerContex
   auto* graph = const_cast<v1::LoadGraphRequest*>(request)->mutable_graph();
   absl::StatusOr<GraphSpec> spec = GraphSpecFromProto(graph);
   if (!spec.ok()) return Finish(context, spec.status());
-  absl::StatusOr<GraphRegistry::AddResult> added = core_->LoadGraph(*std::move(spec));
+  std::optional<DynamicBatchingOptions> batching;
+  if (request->has_dynamic_batching()) {
+    batching = DynamicBatchingFromProto(request->dynamic_batching(), core_->default_batching());
+  }
+  absl::StatusOr<GraphRegistry::AddResult> added =
+      core_->LoadGraph(*std::move(spec), std::move(batching));
   if (!added.ok()) return Finish(context, added.status());
   response->set_graph_id(added->graph->id());
   response->set_already_loaded(added->already_loaded);
@@ -49,7 +54,10 @@ grpc::ServerUnaryReactor* ConvServeService::UnloadGraph(grpc::CallbackServerCont
 grpc::ServerUnaryReactor* ConvServeService::ListGraphs(grpc::CallbackServerContext* context,
                                                        const v1::ListGraphsRequest* /*request*/,
                                                        v1::ListGraphsResponse* response) {
-  for (const auto& graph : core_->ListGraphs()) GraphInfoToProto(*graph, response->add_graphs());
+  for (const auto& graph : core_->ListGraphs()) {
+    const std::optional<DynamicBatchingOptions> batching = core_->Batching(graph->id());
+    GraphInfoToProto(*graph, response->add_graphs(), batching ? &*batching : nullptr);
+  }
   return Finish(context, absl::OkStatus());
 }
 
@@ -60,7 +68,8 @@ grpc::ServerUnaryReactor* ConvServeService::GetGraph(grpc::CallbackServerContext
   if (!status.ok()) return Finish(context, status);
   absl::StatusOr<std::shared_ptr<const Graph>> graph = core_->FindGraph(request->graph());
   if (!graph.ok()) return Finish(context, graph.status());
-  GraphInfoToProto(**graph, response->mutable_graph());
+  const std::optional<DynamicBatchingOptions> batching = core_->Batching((*graph)->id());
+  GraphInfoToProto(**graph, response->mutable_graph(), batching ? &*batching : nullptr);
   return Finish(context, absl::OkStatus());
 }
 

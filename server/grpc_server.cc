@@ -26,6 +26,8 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(const GrpcServerOp
   ServerMetrics* raw_metrics = server->metrics_.get();
   core->set_plan_build_observer(
       [raw_metrics](const PlanBuildEvent& event) { raw_metrics->PlanBuilt(event); });
+  core->set_execution_observer(
+      [raw_metrics](const ExecutionEvent& event) { raw_metrics->ExecutionFinished(event); });
   GrpcServer* raw_server = server.get();
   core->set_device_failure_observer([raw_server, options](const DeviceFailure& failure) {
     if (failure.healthy_devices > 0 || raw_server->no_healthy_device_.exchange(true)) return;
@@ -55,6 +57,7 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(const GrpcServerOp
 GrpcServer::~GrpcServer() {
   Shutdown(absl::ZeroDuration());
   core_->set_plan_build_observer(nullptr);  // the metrics go with this server
+  core_->set_execution_observer(nullptr);
   core_->set_device_failure_observer(nullptr);
 }
 

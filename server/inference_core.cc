@@ -1,6 +1,9 @@
 #include "server/inference_core.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "engine/runtime/backend_runner.h"
 #include "engine/status_macros.h"
 #include "spdlog/spdlog.h"
@@ -27,7 +30,38 @@ absl::StatusOr<std::unique_ptr<InferenceCore>> InferenceCore::Create(
   return Create(options, std::make_unique<BackendRunner>(std::move(backend), options.executor));
 }
 
-absl::StatusOr<GraphRegistry::AddResult> InferenceCore::LoadGraph(GraphSpec spec) {
+namespace {
+
+bool SameBatching(const DynamicBatchingOptions& a, const DynamicBatchingOptions& b) {
+  std::vector<int64_t> preferred_a = a.preferred_batch_sizes;
+  std::vector<int64_t> preferred_b = b.preferred_batch_sizes;
+  std::sort(preferred_a.begin(), preferred_a.end());
+  std::sort(preferred_b.begin(), preferred_b.end());
+  if (a.max_batch_size == 0 && b.max_batch_size == 0) return true;  // off either way
+  return a.max_batch_size == b.max_batch_size && a.max_queue_delay == b.max_queue_delay &&
+         preferred_a == preferred_b;
+}
+
+std::string DescribeBatching(const DynamicBatchingOptions& b) {
+  if (b.max_batch_size == 0) return "no dynamic batching";
+  return absl::StrCat("dynamic batching up to ", b.max_batch_size, ", max queue delay ",
+                      absl::ToInt64Microseconds(b.max_queue_delay), " us",
+                      b.preferred_batch_sizes.empty()
+                          ? ""
+                          : absl::StrCat(", preferred ",
+                                         absl::StrJoin(b.preferred_batch_sizes, ",")));
+}
+
+}  // namespace
+
+absl::StatusOr<GraphRegistry::AddResult> InferenceCore::LoadGraph(
+    GraphSpec spec, std::optional<DynamicBatchingOptions> requested) {
+  const DynamicBatchingOptions batching = requested.value_or(options_.default_batching);
+  absl::Status valid = ValidateDynamicBatching(batching);
+  if (!valid.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("dynamic_batching of graph '", spec.name, "': ", valid.message()));
+  }
   ASSIGN_OR_RETURN(std::shared_ptr<const Graph> graph,
                    Graph::Create(std::move(spec), options_.graph_limits));
   // Prepare first (weights to every GPU), so a graph is never listed before
@@ -42,16 +76,58 @@ absl::StatusOr<GraphRegistry::AddResult> InferenceCore::LoadGraph(GraphSpec spec
   if (!added.ok() || added->already_loaded) runner_->RemoveGraph(graph->id());
   if (!added.ok()) {
     spdlog::warn("graph '{}' not loaded: {}", graph->name(), added.status().ToString());
-  } else if (!added->already_loaded) {
-    spdlog::info("graph loaded: '{}' id {}, {} layers, {} parameter bytes", graph->name(),
-                 graph->id(), graph->spec().layers.size(), graph->parameter_bytes());
+    return added;
   }
+  if (added->already_loaded) {
+    const DynamicBatchingOptions current =
+        Batching(graph->id()).value_or(DynamicBatchingOptions());
+    if (!SameBatching(current, batching)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "graph '", graph->name(), "' is loaded with ", DescribeBatching(current),
+          "; this LoadGraph asks for ", DescribeBatching(batching),
+          ": unload it first to change its batching"));
+    }
+    return added;
+  }
+  if (batching.max_batch_size > 0) {
+    absl::StatusOr<std::unique_ptr<DynamicBatcher>> batcher =
+        DynamicBatcher::Create(batching, runner_.get(), graph->name());
+    if (!batcher.ok()) {
+      registry_.Remove(graph->id()).IgnoreError();
+      runner_->RemoveGraph(graph->id());
+      return batcher.status();
+    }
+    absl::MutexLock lock(&batchers_mu_);
+    batchers_[graph->id()] = *std::move(batcher);
+  }
+  spdlog::info("graph loaded: '{}' id {}, {} layers, {} parameter bytes, {}", graph->name(),
+               graph->id(), graph->spec().layers.size(), graph->parameter_bytes(),
+               DescribeBatching(batching));
   return added;
+}
+
+std::optional<DynamicBatchingOptions> InferenceCore::Batching(const std::string& graph_id) const {
+  absl::MutexLock lock(&batchers_mu_);
+  auto it = batchers_.find(graph_id);
+  if (it == batchers_.end()) return std::nullopt;
+  return it->second->options();
 }
 
 absl::Status InferenceCore::UnloadGraph(const std::string& name_or_id) {
   ASSIGN_OR_RETURN(std::shared_ptr<const Graph> graph, registry_.Find(name_or_id));
   RETURN_IF_ERROR(registry_.Remove(graph->id()));
+  std::shared_ptr<DynamicBatcher> batcher;
+  {
+    absl::MutexLock lock(&batchers_mu_);
+    auto it = batchers_.find(graph->id());
+    if (it != batchers_.end()) {
+      batcher = std::move(it->second);
+      batchers_.erase(it);
+    }
+  }
+  // Requests waiting for batch-mates go to the runner before it drops the
+  // graph, so they run as requests already queued do.
+  if (batcher != nullptr) batcher->Close();
   runner_->RemoveGraph(graph->id());
   spdlog::info("graph unloaded: '{}' id {}", graph->name(), graph->id());
   return absl::OkStatus();
@@ -64,6 +140,17 @@ absl::StatusOr<std::shared_ptr<const Graph>> InferenceCore::FindGraph(
 
 std::vector<std::shared_ptr<const Graph>> InferenceCore::ListGraphs() const {
   return registry_.List();
+}
+
+int InferenceCore::WaitingToBatch(const std::string& graph_id) const {
+  std::shared_ptr<DynamicBatcher> batcher;
+  {
+    absl::MutexLock lock(&batchers_mu_);
+    auto it = batchers_.find(graph_id);
+    if (it == batchers_.end()) return 0;
+    batcher = it->second;
+  }
+  return batcher->queued();
 }
 
 void InferenceCore::Infer(InferCall call) {
@@ -127,7 +214,17 @@ void InferenceCore::Infer(InferCall call) {
     done(status, shape, timings);
     ++answered_;
   };
-  runner_->Submit(std::move(call));
+  std::shared_ptr<DynamicBatcher> batcher;
+  {
+    absl::MutexLock lock(&batchers_mu_);
+    auto it = batchers_.find(call.graph->id());
+    if (it != batchers_.end()) batcher = it->second;
+  }
+  if (batcher != nullptr) {
+    batcher->Submit(std::move(call));
+  } else {
+    runner_->Submit(std::move(call));
+  }
 }
 
 void InferenceCore::Drain() {
@@ -135,6 +232,14 @@ void InferenceCore::Drain() {
     absl::MutexLock lock(&drain_mu_);
     ready_.store(false);
   }
+  // Requests waiting for batch-mates are handed to the runner now; then the
+  // runner finishes everything it accepted.
+  std::vector<std::shared_ptr<DynamicBatcher>> batchers;
+  {
+    absl::MutexLock lock(&batchers_mu_);
+    for (const auto& [id, batcher] : batchers_) batchers.push_back(batcher);
+  }
+  for (const auto& batcher : batchers) batcher->Close();
   runner_->Drain();
 }
 

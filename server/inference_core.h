@@ -7,14 +7,17 @@
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
 #include "engine/backend.h"
 #include "engine/graph.h"
+#include "engine/runtime/dynamic_batcher.h"
 #include "engine/runtime/infer_call.h"
 #include "engine/runtime/request_executor.h"
 #include "engine/runtime/request_runner.h"
@@ -29,6 +32,9 @@ struct InferenceCoreOptions {
   GraphRegistryOptions registry;
   // Request workers and their queue, when the core wraps a Backend.
   RequestExecutorOptions executor;
+  // Dynamic batching of a graph whose LoadGraph does not say (the server's
+  // flags); max_batch_size 0 is off.
+  DynamicBatchingOptions default_batching;
 };
 
 class InferenceCore {
@@ -39,11 +45,21 @@ class InferenceCore {
   static absl::StatusOr<std::unique_ptr<InferenceCore>> Create(
       const InferenceCoreOptions& options, std::unique_ptr<Backend> backend);
 
-  // Validates and registers a graph.
-  absl::StatusOr<GraphRegistry::AddResult> LoadGraph(GraphSpec spec);
+  // Validates and registers a graph; `batching` (nullopt: the default)
+  // with max_batch_size > 0 puts a dynamic batcher in front of the runner
+  // for it. An identical graph already loaded with other batching settings
+  // is FAILED_PRECONDITION.
+  absl::StatusOr<GraphRegistry::AddResult> LoadGraph(
+      GraphSpec spec, std::optional<DynamicBatchingOptions> batching = std::nullopt);
   absl::Status UnloadGraph(const std::string& name_or_id);
   absl::StatusOr<std::shared_ptr<const Graph>> FindGraph(const std::string& name_or_id) const;
   std::vector<std::shared_ptr<const Graph>> ListGraphs() const;
+  // The batching settings of a loaded graph; nullopt when it does not batch.
+  std::optional<DynamicBatchingOptions> Batching(const std::string& graph_id) const;
+  const DynamicBatchingOptions& default_batching() const { return options_.default_batching; }
+  // Requests of the graph waiting in its dynamic batcher now (0 when it does
+  // not batch).
+  int WaitingToBatch(const std::string& graph_id) const;
 
   // Checks the request, queues it and returns; `call.done` reports the end.
   void Infer(InferCall call);
@@ -59,6 +75,10 @@ class InferenceCore {
   // See RequestRunner::set_plan_build_observer; before traffic starts.
   void set_plan_build_observer(std::function<void(const PlanBuildEvent&)> observer) {
     runner_->set_plan_build_observer(std::move(observer));
+  }
+  // See RequestRunner::set_execution_observer; before traffic starts.
+  void set_execution_observer(std::function<void(const ExecutionEvent&)> observer) {
+    runner_->set_execution_observer(std::move(observer));
   }
   // See RequestRunner::set_device_failure_observer; before traffic starts.
   void set_device_failure_observer(std::function<void(const DeviceFailure&)> observer) {
@@ -85,6 +105,11 @@ class InferenceCore {
   std::atomic<bool> ready_{true};
   std::atomic<int64_t> accepted_{0};
   std::atomic<int64_t> answered_{0};
+  // Declared after runner_: destroyed first, since batchers hand it work.
+  mutable absl::Mutex batchers_mu_;
+  // By graph id; only graphs that batch.
+  absl::flat_hash_map<std::string, std::shared_ptr<DynamicBatcher>> batchers_
+      ABSL_GUARDED_BY(batchers_mu_);
 };
 
 }  // namespace convserve

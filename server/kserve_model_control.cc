@@ -32,7 +32,8 @@ grpc::ServerUnaryReactor* KServeService::ModelConfig(grpc::CallbackServerContext
   absl::StatusOr<std::shared_ptr<const Graph>> graph =
       FindModel(request->name(), request->version());
   if (!graph.ok()) return Finish(context, graph.status());
-  KServeModelConfigToProto(**graph, response->mutable_config());
+  const std::optional<DynamicBatchingOptions> batching = core_->Batching((*graph)->id());
+  KServeModelConfigToProto(**graph, response->mutable_config(), batching ? &*batching : nullptr);
   return Finish(context, absl::OkStatus());
 }
 

@@ -26,8 +26,8 @@ void KServeStatisticsToProto(const std::string& name, const v1::GraphStatistics&
   statistics->set_name(name);
   statistics->set_version("1");
   statistics->set_last_inference(static_cast<uint64_t>(figures.last_request_unix_ms()));
-  statistics->set_inference_count(static_cast<uint64_t>(figures.success_count()));
-  statistics->set_execution_count(static_cast<uint64_t>(figures.success_count()));
+  statistics->set_inference_count(static_cast<uint64_t>(figures.inference_count()));
+  statistics->set_execution_count(static_cast<uint64_t>(figures.execution_count()));
   inference::InferStatistics* stats = statistics->mutable_inference_stats();
   SetDuration(figures.success_count(), figures.request().total_seconds(), stats->mutable_success());
   SetStage(figures.failure(), stats->mutable_fail());
@@ -37,12 +37,13 @@ void KServeStatisticsToProto(const std::string& name, const v1::GraphStatistics&
               figures.plan().total_seconds() + figures.compute().total_seconds(),
               stats->mutable_compute_infer());
   SetStage(figures.d2h(), stats->mutable_compute_output());
-  if (figures.success_count() > 0) {
+  for (const v1::BatchStatistics& figure : figures.batch_stats()) {
     inference::InferBatchStatistics* batch = statistics->add_batch_stats();
-    batch->set_batch_size(1);
-    *batch->mutable_compute_input() = stats->compute_input();
-    *batch->mutable_compute_infer() = stats->compute_infer();
-    *batch->mutable_compute_output() = stats->compute_output();
+    batch->set_batch_size(static_cast<uint64_t>(figure.batch_size()));
+    SetStage(figure.h2d(), batch->mutable_compute_input());
+    SetDuration(figure.count(), figure.plan().total_seconds() + figure.compute().total_seconds(),
+                batch->mutable_compute_infer());
+    SetStage(figure.d2h(), batch->mutable_compute_output());
   }
 }
 

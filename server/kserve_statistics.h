@@ -11,8 +11,13 @@
 namespace convserve {
 
 // Model `name`, version "1", from `figures` (all zero for a graph that has
-// served nothing). The server runs each request alone (no batching), so an
-// inference is an execution and every execution has batch size 1:
+// served nothing). As Triton counts: execution_count is executions of the
+// layers (a dynamic batch is one), inference_count the inferences they made
+// (the sum of N of the requests when the graph batches, else one per
+// request), and batch_stats has one entry per batch size (the execution's N
+// when the graph batches, else 1) with each execution's stages once. The
+// inference stages are per request (a request of a batch counts its batch's
+// stages):
 //   success         answered OK, arrival to answer
 //   fail            refused or failed, arrival to the error
 //   queue           waiting for a worker

@@ -75,6 +75,17 @@ ABSL_FLAG(int, request_threads, 2, "CPU backend: workers that run requests concu
 ABSL_FLAG(int, max_queued_requests, 256,
           "requests waiting for a worker (per GPU on the GPU backend) before new ones get "
           "RESOURCE_EXHAUSTED");
+ABSL_FLAG(int, max_batch_size, 0,
+          "dynamic batching of graphs whose LoadGraph does not set it: requests of a graph with "
+          "the same C and spatial dims are joined along N into one execution of at most this N; "
+          "0 = off (docs/runtime.md, \"Dynamic batching\")");
+ABSL_FLAG(int64_t, max_queue_delay_microseconds, 0,
+          "dynamic batching: how long the oldest waiting request may be held for batch-mates "
+          "when no preferred size can be formed; 0 joins only requests already waiting, "
+          "costing no latency at low load");
+ABSL_FLAG(std::vector<std::string>, preferred_batch_sizes, {},
+          "dynamic batching: batch sizes to cut at when reachable, e.g. 8,16; empty = as large "
+          "as possible");
 ABSL_FLAG(int, max_graphs, 64, "graphs loaded at once");
 ABSL_FLAG(int64_t, max_parameter_bytes, int64_t{4} << 30,
           "weight and bias bytes of all loaded graphs together");
@@ -162,6 +173,24 @@ int Run() {
   options.registry.max_graphs = absl::GetFlag(FLAGS_max_graphs);
   options.registry.max_parameter_bytes = absl::GetFlag(FLAGS_max_parameter_bytes);
   options.graph_limits.max_parameter_bytes = options.registry.max_parameter_bytes;
+  options.default_batching.max_batch_size = absl::GetFlag(FLAGS_max_batch_size);
+  options.default_batching.max_queue_delay =
+      absl::Microseconds(absl::GetFlag(FLAGS_max_queue_delay_microseconds));
+  for (const std::string& size : absl::GetFlag(FLAGS_preferred_batch_sizes)) {
+    int64_t value = 0;
+    if (!absl::SimpleAtoi(size, &value)) {
+      spdlog::critical("cannot start: --preferred_batch_sizes entry '{}' is not a number", size);
+      return 2;
+    }
+    options.default_batching.preferred_batch_sizes.push_back(value);
+  }
+  options.default_batching.max_queued = absl::GetFlag(FLAGS_max_queued_requests);
+  if (absl::Status valid = ValidateDynamicBatching(options.default_batching); !valid.ok()) {
+    spdlog::critical("cannot start: --max_batch_size, --max_queue_delay_microseconds, "
+                     "--preferred_batch_sizes: {}",
+                     std::string(valid.message()));
+    return 2;
+  }
   absl::StatusOr<std::unique_ptr<InferenceCore>> core =
       InferenceCore::Create(options, std::move(choice->runner));
   if (!core.ok()) {

@@ -187,7 +187,31 @@ v1::Layout LayoutToProto(Layout layout) {
   return v1::LAYOUT_UNSPECIFIED;
 }
 
-void GraphInfoToProto(const Graph& graph, v1::GraphInfo* info) {
+DynamicBatchingOptions DynamicBatchingFromProto(const v1::DynamicBatching& proto,
+                                                const DynamicBatchingOptions& defaults) {
+  DynamicBatchingOptions batching = defaults;
+  if (proto.has_max_batch_size()) batching.max_batch_size = proto.max_batch_size();
+  if (proto.has_max_queue_delay_microseconds()) {
+    batching.max_queue_delay = absl::Microseconds(proto.max_queue_delay_microseconds());
+  }
+  if (proto.preferred_batch_size_size() > 0) {
+    batching.preferred_batch_sizes.assign(proto.preferred_batch_size().begin(),
+                                          proto.preferred_batch_size().end());
+  }
+  return batching;
+}
+
+void DynamicBatchingToProto(const DynamicBatchingOptions& batching, v1::DynamicBatching* proto) {
+  proto->set_max_batch_size(static_cast<int32_t>(batching.max_batch_size));
+  proto->set_max_queue_delay_microseconds(absl::ToInt64Microseconds(batching.max_queue_delay));
+  for (int64_t size : batching.preferred_batch_sizes) {
+    proto->add_preferred_batch_size(static_cast<int32_t>(size));
+  }
+}
+
+void GraphInfoToProto(const Graph& graph, v1::GraphInfo* info,
+                      const DynamicBatchingOptions* batching) {
+  if (batching != nullptr) DynamicBatchingToProto(*batching, info->mutable_dynamic_batching());
   const GraphSpec& spec = graph.spec();
   info->set_id(graph.id());
   info->set_parameter_bytes(graph.parameter_bytes());

@@ -11,6 +11,7 @@
 #include "absl/status/statusor.h"
 #include "convserve/v1/convserve.pb.h"
 #include "engine/graph.h"
+#include "engine/runtime/dynamic_batcher.h"
 #include "engine/runtime/infer_call.h"
 #include "engine/tensor.h"
 #include "inference/grpc_predict_v2.pb.h"
@@ -20,8 +21,16 @@ namespace convserve {
 // Moves weights out of `graph` (no copy). Checks enum values; the rest is
 // checked by Graph::Create.
 absl::StatusOr<GraphSpec> GraphSpecFromProto(v1::GraphDef* graph);
-// Metadata of a loaded graph, weights left out.
-void GraphInfoToProto(const Graph& graph, v1::GraphInfo* info);
+// Metadata of a loaded graph, weights left out; `batching` its dynamic
+// batching settings (null when it does not batch).
+void GraphInfoToProto(const Graph& graph, v1::GraphInfo* info,
+                      const DynamicBatchingOptions* batching = nullptr);
+
+// `defaults` (the server's flags) with the fields `proto` sets; checked by
+// ValidateDynamicBatching when the graph loads.
+DynamicBatchingOptions DynamicBatchingFromProto(const v1::DynamicBatching& proto,
+                                                const DynamicBatchingOptions& defaults);
+void DynamicBatchingToProto(const DynamicBatchingOptions& batching, v1::DynamicBatching* proto);
 
 v1::DataType DataTypeToProto(DType dtype);
 // INVALID_ARGUMENT naming `field` for unspecified or unknown values.

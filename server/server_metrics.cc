@@ -48,6 +48,31 @@ void AddStage(v1::StageStatistics* stage, double seconds) {
   stage->set_total_seconds(stage->total_seconds() + seconds);
 }
 
+// Batch sizes (the N of one execution) in powers of two.
+const prometheus::Histogram::BucketBoundaries& BatchSizeBuckets() {
+  static const auto* buckets = new prometheus::Histogram::BucketBoundaries{
+      1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024};
+  return *buckets;
+}
+
+// The entry of `batch_size` in `statistics`, kept in ascending order.
+v1::BatchStatistics* BatchEntry(v1::GraphStatistics* statistics, int64_t batch_size) {
+  auto* entries = statistics->mutable_batch_stats();
+  for (v1::BatchStatistics& entry : *entries) {
+    if (entry.batch_size() == batch_size) return &entry;
+  }
+  v1::BatchStatistics* added = entries->Add();
+  added->set_batch_size(batch_size);
+  std::sort(entries->begin(), entries->end(),
+            [](const v1::BatchStatistics& a, const v1::BatchStatistics& b) {
+              return a.batch_size() < b.batch_size();
+            });
+  for (v1::BatchStatistics& entry : *entries) {
+    if (entry.batch_size() == batch_size) return &entry;
+  }
+  return added;
+}
+
 }  // namespace
 
 // Figures owned by the runner and the core, read at scrape time.
@@ -183,6 +208,14 @@ ServerMetrics::ServerMetrics(const ServerMetricsOptions& options, const Inferenc
       histogram("convserve_compute_duration_seconds", "All layers of one request.");
   d2h_seconds_ = histogram("convserve_d2h_duration_seconds",
                            "Device-to-host copy of the output, staging included.");
+  batch_size_ = &prometheus::BuildHistogram()
+                     .Name("convserve_batch_size")
+                     .Help("N of each execution the dynamic batcher formed (the sum of its "
+                           "requests' N), per graph that batches.")
+                     .Register(*registry_);
+  batch_delay_seconds_ =
+      histogram("convserve_batch_queue_delay_seconds",
+                "Time a request waited in the dynamic batcher before its batch was formed.");
   requests_ = &prometheus::BuildCounter()
                    .Name("convserve_requests_total")
                    .Help("Inference requests answered, by gRPC status code.")
@@ -255,6 +288,9 @@ void ServerMetrics::RequestFinished(const std::string& graph, const std::string&
   if (ran) {
     queue_seconds_->Add({{"graph", label}, {"gpu", device}}, Buckets()).Observe(t.queue);
   }
+  if (t.batch_size > 0) {
+    batch_delay_seconds_->Add({{"graph", label}}, Buckets()).Observe(t.batch_delay);
+  }
   if (code == absl::StatusCode::kOk) {
     bytes_out_->Add({{"graph", label}}).Increment(static_cast<double>(bytes_out));
     h2d_seconds_->Add({{"graph", label}, {"gpu", device}}, Buckets()).Observe(t.h2d);
@@ -273,6 +309,7 @@ void ServerMetrics::RequestFinished(const std::string& graph, const std::string&
     AddStage(s.mutable_h2d(), t.h2d);
     AddStage(s.mutable_compute(), t.compute);
     AddStage(s.mutable_d2h(), t.d2h);
+    if (t.batch_size > 0) AddStage(s.mutable_batch_delay(), t.batch_delay);
     s.set_bytes_out(s.bytes_out() + bytes_out);
   } else {
     s.set_failure_count(s.failure_count() + 1);
@@ -302,6 +339,29 @@ void ServerMetrics::PlanBuilt(const PlanBuildEvent& event) {
       {"gpu", event.device}, {"path", event.path}, {"result", event.ok ? "ok" : "error"}};
   plan_builds_->Add(labels).Increment();
   plan_build_seconds_->Add(labels, Buckets()).Observe(event.seconds);
+}
+
+void ServerMetrics::ExecutionFinished(const ExecutionEvent& event) {
+  if (event.succeeded == 0) return;
+  if (event.batched) {
+    batch_size_->Add({{"graph", GraphLabel(event.graph_name)}}, BatchSizeBuckets())
+        .Observe(static_cast<double>(event.batch_size));
+  }
+  absl::MutexLock lock(&mu_);
+  v1::GraphStatistics& s = statistics_[event.graph_name];
+  s.set_name(event.graph_name);
+  s.set_id(event.graph_id);
+  s.set_execution_count(s.execution_count() + 1);
+  // As Triton counts: a graph without batching runs batches of 1, however
+  // large a request's N.
+  s.set_inference_count(s.inference_count() +
+                        (event.batched ? event.succeeded_batch : event.succeeded));
+  v1::BatchStatistics* batch = BatchEntry(&s, event.batched ? event.batch_size : 1);
+  batch->set_count(batch->count() + 1);
+  AddStage(batch->mutable_plan(), event.timings.build);
+  AddStage(batch->mutable_h2d(), event.timings.h2d);
+  AddStage(batch->mutable_compute(), event.timings.compute);
+  AddStage(batch->mutable_d2h(), event.timings.d2h);
 }
 
 v1::GetStatisticsResponse ServerMetrics::Statistics(const std::string& graph) const {

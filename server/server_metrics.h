@@ -61,6 +61,10 @@ class ServerMetrics {
   void RequestRejected(const std::string& graph, const std::string& protocol,
                        absl::StatusCode code, double seconds);
   void PlanBuilt(const PlanBuildEvent& event);
+  // One execution of a graph's layers that answered requests OK (a batch,
+  // or one request): executions and batch sizes for statistics, and the
+  // batch-size histogram of graphs that batch.
+  void ExecutionFinished(const ExecutionEvent& event);
 
   // Cumulative per-graph counts and durations (convserve.v1 GetStatistics);
   // `graph` empty for all, else a name.
@@ -86,6 +90,8 @@ class ServerMetrics {
   prometheus::Family<prometheus::Histogram>* h2d_seconds_;
   prometheus::Family<prometheus::Histogram>* compute_seconds_;
   prometheus::Family<prometheus::Histogram>* d2h_seconds_;
+  prometheus::Family<prometheus::Histogram>* batch_size_;
+  prometheus::Family<prometheus::Histogram>* batch_delay_seconds_;
   prometheus::Family<prometheus::Counter>* requests_;
   prometheus::Family<prometheus::Counter>* plan_builds_;
   prometheus::Family<prometheus::Counter>* bytes_in_;

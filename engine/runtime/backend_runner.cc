@@ -1,10 +1,38 @@
 #include "engine/runtime/backend_runner.h"
 
+#include <cstring>
+
 #include "absl/time/clock.h"
 #include "engine/status_macros.h"
 #include "spdlog/spdlog.h"
 
 namespace convserve {
+
+absl::StatusOr<std::shared_ptr<Executable>> BackendRunner::Compiled(
+    const std::shared_ptr<const Graph>& graph, const Shape& input_shape) {
+  PlanKey key;
+  key.graph_id = graph->id();
+  key.layer = -1;  // the whole graph
+  key.input_shape = input_shape;
+  key.dtype = graph->spec().dtype;
+  key.layout = graph->spec().layout;
+  key.device = -1;
+  key.policy = backend_->name();
+  return executables_.GetOrBuild(key, [&]() -> absl::StatusOr<PlanCache<Executable>::Built> {
+    const absl::Time build_start = absl::Now();
+    absl::StatusOr<std::shared_ptr<Executable>> compiled = backend_->Compile(graph, input_shape);
+    PlanBuildEvent event;
+    event.device = "cpu";
+    event.path = backend_->name();
+    event.ok = compiled.ok();
+    event.seconds = absl::ToDoubleSeconds(absl::Now() - build_start);
+    ReportPlanBuild(event);
+    if (!compiled.ok()) return compiled.status();
+    spdlog::info("plan built: graph '{}' input {} on {} in {:.2f} ms", graph->name(),
+                 ShapeToString(input_shape), backend_->name(), event.seconds * 1e3);
+    return PlanCache<Executable>::Built{*std::move(compiled), 0};
+  });
+}
 
 absl::Status BackendRunner::Execute(const InferCall& call, Shape* output_shape,
                                     InferTimings* timings) {
@@ -13,31 +41,8 @@ absl::Status BackendRunner::Execute(const InferCall& call, Shape* output_shape,
         "the client cancelled or the deadline passed before the request ran");
   }
   absl::Time start = absl::Now();
-  PlanKey key;
-  key.graph_id = call.graph->id();
-  key.layer = -1;  // the whole graph
-  key.input_shape = call.input_shape;
-  key.dtype = call.graph->spec().dtype;
-  key.layout = call.graph->spec().layout;
-  key.device = -1;
-  key.policy = backend_->name();
-  ASSIGN_OR_RETURN(
-      std::shared_ptr<Executable> executable,
-      executables_.GetOrBuild(key, [&]() -> absl::StatusOr<PlanCache<Executable>::Built> {
-        const absl::Time build_start = absl::Now();
-        absl::StatusOr<std::shared_ptr<Executable>> compiled =
-            backend_->Compile(call.graph, call.input_shape);
-        PlanBuildEvent event;
-        event.device = "cpu";
-        event.path = backend_->name();
-        event.ok = compiled.ok();
-        event.seconds = absl::ToDoubleSeconds(absl::Now() - build_start);
-        ReportPlanBuild(event);
-        if (!compiled.ok()) return compiled.status();
-        spdlog::info("plan built: graph '{}' input {} on {} in {:.2f} ms", call.graph->name(),
-                     ShapeToString(call.input_shape), backend_->name(), event.seconds * 1e3);
-        return PlanCache<Executable>::Built{*std::move(compiled), 0};
-      }));
+  ASSIGN_OR_RETURN(std::shared_ptr<Executable> executable,
+                   Compiled(call.graph, call.input_shape));
   timings->build = absl::ToDoubleSeconds(absl::Now() - start);
   const size_t bytes =
       NumElements(executable->output_shape()) * DTypeSize(call.graph->spec().dtype);
@@ -69,6 +74,162 @@ absl::Status BackendRunner::Execute(const InferCall& call, Shape* output_shape,
   return absl::OkStatus();
 }
 
+namespace {
+
+bool Cancelled(const InferCall& call) { return call.cancelled && call.cancelled(); }
+
+// Why one call of a batch cannot take part in it, found before it runs:
+// cancelled, or memory the CPU cannot use, or an output region of the wrong
+// size. OK when it can.
+absl::Status PartProblem(const InferCall& call) {
+  if (Cancelled(call)) {
+    return absl::CancelledError(
+        "the client cancelled or the deadline passed before the request ran");
+  }
+  if ((call.input_memory && call.input_memory->kind == TensorMemory::Kind::kDevice) ||
+      (call.output_memory && call.output_memory->kind == TensorMemory::Kind::kDevice)) {
+    return absl::FailedPreconditionError("CUDA shared memory needs the GPU backend");
+  }
+  const size_t bytes = NumElements(call.layer_outputs.back()) * DTypeSize(call.graph->spec().dtype);
+  if (call.output_memory && call.output_memory->bytes != bytes) {
+    return absl::InternalError("the output region's size does not match the output");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+void BackendRunner::RunAlone(InferCall& call, bool batched, InferTimings timings) {
+  Shape output_shape;
+  const absl::Status status = Execute(call, &output_shape, &timings);
+  if (status.ok()) {
+    timings.batch_size = batched ? call.input_shape[0] : 0;
+    ExecutionEvent event;
+    event.graph_name = call.graph->name();
+    event.graph_id = call.graph->id();
+    event.batched = batched;
+    event.batch_size = call.input_shape[0];
+    event.requests = 1;
+    event.succeeded = 1;
+    event.succeeded_batch = call.input_shape[0];
+    event.timings = timings;
+    ReportExecution(event);
+  }
+  call.done(status, output_shape, timings);
+}
+
+void BackendRunner::RunBatch(InferBatch& batch, double queue_seconds) {
+  std::vector<InferTimings> timings(batch.calls.size());
+  std::vector<size_t> live;
+  for (size_t i = 0; i < batch.calls.size(); ++i) {
+    timings[i].device = "cpu";
+    timings[i].batch_delay = batch.delays[i];
+    timings[i].queue = batch.delays[i] + queue_seconds;
+    absl::Status problem = PartProblem(batch.calls[i]);
+    if (problem.ok()) {
+      live.push_back(i);
+    } else {
+      batch.calls[i].done(problem, {}, timings[i]);
+    }
+  }
+  if (live.size() <= 1) {
+    for (size_t i : live) RunAlone(batch.calls[i], true, timings[i]);
+    return;
+  }
+  const InferCall& first = batch.calls[live.front()];
+  const size_t element = DTypeSize(first.graph->spec().dtype);
+  Shape input_shape = first.input_shape;
+  input_shape[0] = 0;
+  for (size_t i : live) input_shape[0] += batch.calls[i].input_shape[0];
+  InferTimings shared;
+  shared.device = "cpu";
+  // Joined: every call's input into its slice (N is outermost in every
+  // layout), one run, every call's slice of the output back out.
+  absl::Time start = absl::Now();
+  absl::StatusOr<std::shared_ptr<Executable>> executable = Compiled(first.graph, input_shape);
+  shared.build = absl::ToDoubleSeconds(absl::Now() - start);
+  absl::Status status = executable.status();
+  const size_t in_bytes = NumElements(input_shape) * element;
+  absl::StatusOr<TensorMemory> joined_in = AllocateHostBuffer(in_bytes);
+  absl::StatusOr<TensorMemory> joined_out = absl::FailedPreconditionError("not allocated");
+  if (status.ok()) status = joined_in.status();
+  if (status.ok()) {
+    joined_out = AllocateHostBuffer(NumElements((*executable)->output_shape()) * element);
+    status = joined_out.status();
+  }
+  if (status.ok()) {
+    start = absl::Now();
+    size_t offset = 0;
+    for (size_t i : live) {
+      const InferCall& call = batch.calls[i];
+      const uint8_t* source = call.input_memory ? call.input_memory->data : call.input.data();
+      const size_t bytes = NumElements(call.input_shape) * element;
+      std::memcpy(joined_in->data + offset, source, bytes);
+      offset += bytes;
+    }
+    shared.h2d = absl::ToDoubleSeconds(absl::Now() - start);
+    // Stops early only when no call of the batch wants the result any more.
+    const CancelCheck all_cancelled = [&] {
+      for (size_t i : live) {
+        if (!Cancelled(batch.calls[i])) return false;
+      }
+      return true;
+    };
+    start = absl::Now();
+    status = (*executable)->Run(absl::MakeConstSpan(joined_in->data, joined_in->bytes),
+                                absl::MakeSpan(joined_out->data, joined_out->bytes),
+                                all_cancelled);
+    shared.compute = absl::ToDoubleSeconds(absl::Now() - start);
+  }
+  if (!status.ok() && status.code() != absl::StatusCode::kCancelled) {
+    // The joined run failed (e.g. no plan or no memory for the larger N):
+    // each call runs alone, as it would have without batching.
+    spdlog::warn("batch of {} requests (input {}) of graph '{}' failed: {}; running each alone",
+                 live.size(), ShapeToString(input_shape), first.graph->name(),
+                 status.ToString());
+    for (size_t i : live) RunAlone(batch.calls[i], true, timings[i]);
+    return;
+  }
+  if (!status.ok()) {
+    for (size_t i : live) batch.calls[i].done(status, {}, timings[i]);
+    return;
+  }
+  start = absl::Now();
+  size_t offset = 0;
+  for (size_t i : live) {
+    InferCall& call = batch.calls[i];
+    const Shape& output_shape = call.layer_outputs.back();
+    const size_t bytes = NumElements(output_shape) * element;
+    uint8_t* target = nullptr;
+    if (call.output_memory) {
+      target = call.output_memory->data;
+    } else {
+      call.output->resize(bytes);
+      target = reinterpret_cast<uint8_t*>(call.output->data());
+    }
+    std::memcpy(target, joined_out->data + offset, bytes);
+    offset += bytes;
+  }
+  shared.d2h = absl::ToDoubleSeconds(absl::Now() - start);
+  shared.batch_size = input_shape[0];
+  ExecutionEvent event;
+  event.graph_name = first.graph->name();
+  event.graph_id = first.graph->id();
+  event.batched = true;
+  event.batch_size = input_shape[0];
+  event.requests = static_cast<int>(live.size());
+  event.succeeded = event.requests;
+  event.succeeded_batch = input_shape[0];
+  event.timings = shared;
+  ReportExecution(event);
+  for (size_t i : live) {
+    InferTimings t = shared;
+    t.queue = timings[i].queue;
+    t.batch_delay = timings[i].batch_delay;
+    batch.calls[i].done(absl::OkStatus(), batch.calls[i].layer_outputs.back(), t);
+  }
+}
+
 void BackendRunner::RemoveGraph(const std::string& graph_id) {
   executables_.EraseIf([&](const PlanKey& key) { return key.graph_id == graph_id; });
 }
@@ -80,11 +241,21 @@ void BackendRunner::Submit(InferCall call) {
     InferTimings timings;
     timings.device = "cpu";
     timings.queue = absl::ToDoubleSeconds(absl::Now() - accepted);
-    Shape output_shape;
-    absl::Status status = Execute(*shared_call, &output_shape, &timings);
-    shared_call->done(status, output_shape, timings);
+    RunAlone(*shared_call, false, timings);
   });
   if (!queued.ok()) shared_call->done(queued, {}, {});
+}
+
+void BackendRunner::SubmitBatch(InferBatch batch) {
+  auto shared_batch = std::make_shared<InferBatch>(std::move(batch));
+  shared_batch->delays.resize(shared_batch->calls.size(), 0.0);
+  const absl::Time accepted = absl::Now();
+  absl::Status queued = executor_.Submit([this, shared_batch, accepted] {
+    RunBatch(*shared_batch, absl::ToDoubleSeconds(absl::Now() - accepted));
+  });
+  if (!queued.ok()) {
+    for (InferCall& call : shared_batch->calls) call.done(queued, {}, {});
+  }
 }
 
 RunnerStats BackendRunner::Stats() const {

@@ -1,5 +1,6 @@
 // Runs requests on worker threads over any Backend (the CPU backend, or the
-// single-stream cuDNN backend): compile, then run, per request.
+// single-stream cuDNN backend): compile, then run, per request or per batch
+// (the batch's inputs joined into one host buffer, its output split back).
 #ifndef CONVSERVE_ENGINE_RUNTIME_BACKEND_RUNNER_H_
 #define CONVSERVE_ENGINE_RUNTIME_BACKEND_RUNNER_H_
 
@@ -24,12 +25,22 @@ class BackendRunner : public RequestRunner {
   }
   void RemoveGraph(const std::string& graph_id) override;
   void Submit(InferCall call) override;
+  void SubmitBatch(InferBatch batch) override;
+  int concurrency() const override { return executor_.threads(); }
   void Drain() override { executor_.Drain(); }
   std::string Describe() const override { return backend_->Describe(); }
   RunnerStats Stats() const override;
 
  private:
+  // The executable of `graph` for `input_shape`, from the cache or built.
+  absl::StatusOr<std::shared_ptr<Executable>> Compiled(const std::shared_ptr<const Graph>& graph,
+                                                       const Shape& input_shape);
   absl::Status Execute(const InferCall& call, Shape* output_shape, InferTimings* timings);
+  // Runs `call` alone, reports the execution (as part of a batch when
+  // `batched`) and answers it; `timings` has queue and batch delay set.
+  void RunAlone(InferCall& call, bool batched, InferTimings timings);
+  // Runs the batch's calls joined; each call is answered.
+  void RunBatch(InferBatch& batch, double queue_seconds);
 
   const std::unique_ptr<Backend> backend_;
   // Compiled (graph, shape) executables, so repeated shapes skip Compile.

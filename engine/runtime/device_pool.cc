@@ -32,7 +32,15 @@ struct DevicePool::GraphResources {
 };
 
 struct DevicePool::Task {
-  InferCall call;
+  // One request, or the requests of a batch (InferBatch), run as one
+  // execution with N the sum of theirs.
+  std::vector<InferCall> calls;
+  // Seconds each call waited in a dynamic batcher (0 when not batched).
+  std::vector<double> delays;
+  // Formed by a dynamic batcher (statistics count it as a batch).
+  bool batched = false;
+  // The execution's input shape, once known.
+  Shape input_shape;
   // Holds the graph's device weights until the request is answered.
   std::shared_ptr<GraphResources> resources;
   absl::Time accepted;
@@ -43,6 +51,11 @@ struct DevicePool::Task {
   // Their plan store quarantine keys: a lost context while serving them
   // quarantines them, so the restarted server does not fault the same way.
   std::vector<std::string> quarantine_keys;
+
+  // Answers every call with `status` (refused, or no GPU to run it).
+  void Fail(const absl::Status& status) {
+    for (InferCall& call : calls) call.done(status, {}, {});
+  }
 };
 
 // One worker thread's own CUDA and cuDNN state. Touched only by its thread.
@@ -380,31 +393,53 @@ CudaGraphStats DevicePool::cuda_graph_stats() const {
 }
 
 void DevicePool::Submit(InferCall call) {
+  std::vector<InferCall> calls;
+  calls.push_back(std::move(call));
+  Enqueue(std::move(calls), {}, false);
+}
+
+void DevicePool::SubmitBatch(InferBatch batch) {
+  Enqueue(std::move(batch.calls), std::move(batch.delays), true);
+}
+
+int DevicePool::concurrency() const {
+  int workers = 0;
+  for (const auto& device : devices_) {
+    if (!device->lost.load()) workers += static_cast<int>(device->workers.size());
+  }
+  return workers;
+}
+
+void DevicePool::Enqueue(std::vector<InferCall> calls, std::vector<double> delays, bool batched) {
+  auto task = std::make_unique<Task>();
+  task->calls = std::move(calls);
+  task->delays = std::move(delays);
+  task->delays.resize(task->calls.size(), 0.0);
+  task->batched = batched;
+  if (task->calls.empty()) return;
   if (!accepting_.load()) {
-    call.done(absl::UnavailableError("the server is shutting down"), {}, {});
+    task->Fail(absl::UnavailableError("the server is shutting down"));
     return;
   }
-  std::shared_ptr<GraphResources> resources;
+  const std::shared_ptr<const Graph>& graph = task->calls.front().graph;
   {
     absl::MutexLock lock(&graphs_mu_);
-    auto it = graphs_.find(call.graph->id());
-    if (it != graphs_.end()) resources = it->second;
+    auto it = graphs_.find(graph->id());
+    if (it != graphs_.end()) task->resources = it->second;
   }
-  if (resources == nullptr) {
-    call.done(absl::NotFoundError(absl::StrCat("graph '", call.graph->name(),
-                                               "' was unloaded before the request ran")),
-              {}, {});
+  if (task->resources == nullptr) {
+    task->Fail(absl::NotFoundError(
+        absl::StrCat("graph '", graph->name(), "' was unloaded before the request ran")));
     return;
   }
-  if (call.layer_outputs.size() != call.graph->spec().layers.size()) {
-    call.done(absl::InternalError("the call's layer output shapes were not inferred"), {}, {});
-    return;
+  const int64_t element = static_cast<int64_t>(DTypeSize(graph->spec().dtype));
+  for (const InferCall& call : task->calls) {
+    if (call.layer_outputs.size() != graph->spec().layers.size() || call.graph != graph) {
+      task->Fail(absl::InternalError("the call's layer output shapes were not inferred"));
+      return;
+    }
+    task->cost += (NumElements(call.input_shape) + NumElements(call.layer_outputs.back())) * element;
   }
-  auto task = std::make_unique<Task>();
-  const int64_t element = static_cast<int64_t>(DTypeSize(call.graph->spec().dtype));
-  task->cost = (NumElements(call.input_shape) + NumElements(call.layer_outputs.back())) * element;
-  task->call = std::move(call);
-  task->resources = std::move(resources);
   task->accepted = absl::Now();
   Route(std::move(task));
 }
@@ -435,19 +470,17 @@ void DevicePool::Route(std::unique_ptr<Task> task) {
     }
     if (stopping) {
       // Its workers have exited (the pool is being destroyed).
-      task->call.done(absl::UnavailableError("the server is shutting down"), {}, {});
+      task->Fail(absl::UnavailableError("the server is shutting down"));
       return;
     }
-    task->call.done(absl::ResourceExhaustedError(absl::StrCat(
-                        "GPU ", target->ordinal, " has ", options_.max_queued_per_device,
-                        " requests waiting (--max_queued_requests); retry later")),
-                    {}, {});
+    task->Fail(absl::ResourceExhaustedError(
+        absl::StrCat("GPU ", target->ordinal, " has ", options_.max_queued_per_device,
+                     " requests waiting (--max_queued_requests); retry later")));
     return;
   }
-  task->call.done(absl::UnavailableError(
-                      "no GPU serves: a CUDA context of this server was lost (see its log); "
-                      "the server is restarting, retry"),
-                  {}, {});
+  task->Fail(absl::UnavailableError(
+      "no GPU serves: a CUDA context of this server was lost (see its log); "
+      "the server is restarting, retry"));
 }
 
 void DevicePool::Drain() {
@@ -565,51 +598,119 @@ void DevicePool::WorkerLoop(Device* device, Worker* worker) {
       device->outstanding -= task->cost;
       Route(std::move(task));
     } else {
-      Shape output_shape;
-      InferTimings timings;
-      timings.device = absl::StrCat(device->ordinal);
-      absl::Status status = Execute(*device, *worker, *task, &output_shape, &timings);
-      // Whether this worker's own context is gone: after a sticky error
-      // every call fails with it. (A status may carry a sticky error from
-      // another GPU's search; that is not this GPU's loss.)
-      const cudaError_t own = status.ok() ? cudaSuccess : cudaStreamSynchronize(worker->stream.get());
-      const cudaError_t lost = IsStickyCudaError(own) ? own : cudaSuccess;
-      if (lost != cudaSuccess || (!status.ok() && device->lost.load())) {
-        const std::string error = absl::StrCat(
-            lost != cudaSuccess ? cudaGetErrorName(lost) : "context already lost", " while "
-            "running graph '", task->call.graph->name(), "' input ",
-            ShapeToString(task->call.input_shape),
-            task->engines.empty() ? "" : absl::StrCat(" (", task->engines, ")"), ": ",
-            status.message());
-        if (lost != cudaSuccess && !IsHardwareCudaError(lost)) {
-          // Engines that passed the search and then faulted on real data:
-          // quarantined, or the restarted server would pick them again.
-          for (const std::string& key : task->quarantine_keys) {
-            store_->Put("quarantine", key, absl::StrCat("faulted while serving: ", error))
-                .IgnoreError();
-          }
-          if (!task->quarantine_keys.empty()) {
-            spdlog::error("engine configurations quarantined after the fault on GPU {}: {}",
-                          device->ordinal, task->engines);
-          }
-        }
-        MarkFailed(*device, error);
-        status = absl::UnavailableError(absl::StrCat(
-            "GPU ", device->ordinal, " failed while running this request (",
-            lost != cudaSuccess ? cudaGetErrorName(lost) : "context lost",
-            "); the server stops serving and restarts: retry"));
-      }
-      if (!status.ok() && task->call.output != nullptr) {
-        task->call.output->clear();  // never a partial result
-      }
-      (status.ok() ? device->completed : device->failed)++;
-      task->call.done(status, output_shape, timings);
-      device->outstanding -= task->cost;
-      task.reset();  // releases the graph's resources (maybe the last holder)
+      RunTask(*device, *worker, std::move(task));
     }
     absl::MutexLock lock(&device->mu);
     --device->running;
   }
+}
+
+namespace {
+
+// A joined execution that failed is run again call by call, unless no call
+// could succeed alone either: cancelled, or the GPU (or server) stopped.
+bool RetryAlone(const absl::Status& status) {
+  return status.code() != absl::StatusCode::kCancelled &&
+         status.code() != absl::StatusCode::kUnavailable;
+}
+
+}  // namespace
+
+void DevicePool::RunTask(Device& device, Worker& worker, std::unique_ptr<Task> task) {
+  std::vector<absl::Status> results(task->calls.size());
+  InferTimings shared;
+  shared.device = absl::StrCat(device.ordinal);
+  absl::Status status = Execute(device, worker, *task, &results, &shared);
+  // Whether this worker's own context is gone: after a sticky error every
+  // call fails with it. (A status may carry a sticky error from another
+  // GPU's search; that is not this GPU's loss.)
+  const cudaError_t own = status.ok() ? cudaSuccess : cudaStreamSynchronize(worker.stream.get());
+  const cudaError_t lost = IsStickyCudaError(own) ? own : cudaSuccess;
+  const InferCall& first = task->calls.front();
+  if (lost != cudaSuccess || (!status.ok() && device.lost.load())) {
+    const std::string error = absl::StrCat(
+        lost != cudaSuccess ? cudaGetErrorName(lost) : "context already lost", " while "
+        "running graph '", first.graph->name(), "' input ",
+        ShapeToString(task->input_shape.empty() ? first.input_shape : task->input_shape),
+        task->engines.empty() ? "" : absl::StrCat(" (", task->engines, ")"), ": ",
+        status.message());
+    if (lost != cudaSuccess && !IsHardwareCudaError(lost)) {
+      // Engines that passed the search and then faulted on real data:
+      // quarantined, or the restarted server would pick them again.
+      for (const std::string& key : task->quarantine_keys) {
+        store_->Put("quarantine", key, absl::StrCat("faulted while serving: ", error))
+            .IgnoreError();
+      }
+      if (!task->quarantine_keys.empty()) {
+        spdlog::error("engine configurations quarantined after the fault on GPU {}: {}",
+                      device.ordinal, task->engines);
+      }
+    }
+    MarkFailed(device, error);
+    status = absl::UnavailableError(absl::StrCat(
+        "GPU ", device.ordinal, " failed while running this request (",
+        lost != cudaSuccess ? cudaGetErrorName(lost) : "context lost",
+        "); the server stops serving and restarts: retry"));
+  }
+  std::vector<size_t> live;  // calls whose outcome is the execution's
+  for (size_t i = 0; i < results.size(); ++i) {
+    if (results[i].ok()) live.push_back(i);
+  }
+  const int64_t cost = task->cost;
+  if (!status.ok() && live.size() > 1 && RetryAlone(status)) {
+    // The joined execution failed (e.g. no plan or no memory for the larger
+    // N): each call runs alone, as it would have without batching.
+    spdlog::warn("batch of {} requests (input {}) of graph '{}' failed on GPU {}: {}; running "
+                 "each alone",
+                 live.size(), ShapeToString(task->input_shape), first.graph->name(),
+                 device.ordinal, status.ToString());
+    for (size_t i = 0; i < task->calls.size(); ++i) {
+      if (!results[i].ok()) {
+        ++device.failed;
+        InferTimings timings = shared;
+        timings.queue += task->delays[i];
+        timings.batch_delay = task->delays[i];
+        task->calls[i].done(results[i], {}, timings);
+        continue;
+      }
+      auto alone = std::make_unique<Task>();
+      alone->calls.push_back(std::move(task->calls[i]));
+      alone->delays.push_back(task->delays[i]);
+      alone->batched = task->batched;
+      alone->resources = task->resources;
+      alone->accepted = task->accepted;
+      RunTask(device, worker, std::move(alone));
+    }
+    device.outstanding -= cost;
+    return;
+  }
+  if (status.ok()) {
+    ExecutionEvent event;
+    event.graph_name = first.graph->name();
+    event.graph_id = first.graph->id();
+    event.batched = task->batched;
+    event.batch_size = task->input_shape.empty() ? 0 : task->input_shape[0];
+    event.requests = static_cast<int>(live.size());
+    for (size_t i : live) {
+      ++event.succeeded;
+      event.succeeded_batch += task->calls[i].input_shape[0];
+    }
+    event.timings = shared;
+    if (event.succeeded > 0) ReportExecution(event);
+  }
+  for (size_t i = 0; i < task->calls.size(); ++i) {
+    InferCall& call = task->calls[i];
+    const absl::Status& result = !results[i].ok() ? results[i] : status;
+    if (!result.ok() && call.output != nullptr) call.output->clear();  // never a partial result
+    (result.ok() ? device.completed : device.failed)++;
+    InferTimings timings = shared;
+    timings.queue += task->delays[i];
+    timings.batch_delay = task->delays[i];
+    if (task->batched && result.ok()) timings.batch_size = task->input_shape[0];
+    call.done(result, result.ok() ? call.layer_outputs.back() : Shape(), timings);
+  }
+  device.outstanding -= cost;
+  task.reset();  // releases the graph's resources (maybe the last holder)
 }
 
 absl::StatusOr<EngineChoice> DevicePool::SearchEngine(Device& device, Worker& worker,
@@ -790,44 +891,107 @@ bool InPlace(const std::optional<TensorMemory>& memory, int ordinal) {
 
 }  // namespace
 
+namespace {
+
+bool Cancelled(const InferCall& call) { return call.cancelled && call.cancelled(); }
+
+// Host memory the GPU copies to or from directly (a page-locked region or
+// buffer), or device memory: no staging copy.
+bool Direct(const std::optional<TensorMemory>& memory) {
+  return memory && (memory->kind == TensorMemory::Kind::kDevice || memory->pinned);
+}
+
+// One call's copy in a batch could not be queued: a sticky error ends the
+// execution (the GPU is lost); any other fails only that call, whose slice
+// of the batch is then computed and dropped.
+absl::Status CheckCallCopy(cudaError_t error, const char* what, absl::Status* call_status) {
+  if (error == cudaSuccess) return absl::OkStatus();
+  if (IsStickyCudaError(error)) return CudaError(error, what, __FILE__, __LINE__);
+  cudaGetLastError();  // not sticky: cleared for this thread
+  *call_status = absl::InternalError(absl::StrCat("copying this request's ", what, " failed: ",
+                                                  cudaGetErrorName(error), " (",
+                                                  cudaGetErrorString(error), ")"));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status DevicePool::Execute(Device& device, Worker& worker, Task& task,
-                                 Shape* output_shape, InferTimings* timings) {
-  const InferCall& call = task.call;
+                                 std::vector<absl::Status>* results, InferTimings* timings) {
   absl::Time start = absl::Now();
   timings->queue = Seconds(start - task.accepted);
-  const auto cancelled = [&] { return call.cancelled && call.cancelled(); };
-  if (cancelled()) {
-    return absl::CancelledError(
-        "the client cancelled or the deadline passed before the request ran");
+  // Calls cancelled while they waited are answered, not run.
+  std::vector<size_t> live;
+  for (size_t i = 0; i < task.calls.size(); ++i) {
+    if (Cancelled(task.calls[i])) {
+      (*results)[i] = absl::CancelledError(
+          "the client cancelled or the deadline passed before the request ran");
+    } else {
+      live.push_back(i);
+    }
   }
-  const Graph& graph = *call.graph;
-  const std::vector<Shape>& outputs = call.layer_outputs;
-  const std::vector<ConvLayerProblem> problems =
-      MakeLayerProblems(graph, call.input_shape, outputs);
+  if (live.empty()) return absl::OkStatus();
+  // A batch stops early only when none of its calls wants the result.
+  const auto cancelled = [&] {
+    for (size_t i : live) {
+      if (!Cancelled(task.calls[i])) return false;
+    }
+    return true;
+  };
+  const InferCall& first = task.calls[live.front()];
+  const Graph& graph = *first.graph;
+  // The execution's shapes: N is the sum of the calls' (N is outermost in
+  // every layout, so each call's tensors are contiguous slices).
+  task.input_shape = first.input_shape;
+  std::vector<Shape> outputs = first.layer_outputs;
+  if (live.size() > 1) {
+    int64_t n = 0;
+    for (size_t i : live) n += task.calls[i].input_shape[0];
+    task.input_shape[0] = n;
+    for (Shape& shape : outputs) shape[0] = n;
+  }
+  const Shape& input_shape = task.input_shape;
+  const std::vector<ConvLayerProblem> problems = MakeLayerProblems(graph, input_shape, outputs);
   const size_t element = DTypeSize(graph.spec().dtype);
   int64_t largest = 0;
   for (const Shape& shape : outputs) largest = std::max(largest, NumElements(shape));
-  const size_t in_bytes = NumElements(call.input_shape) * element;
+  const size_t in_bytes = NumElements(input_shape) * element;
   const size_t out_bytes = NumElements(outputs.back()) * element;
-  // Where the input comes from and the output goes (docs/runtime.md, "Host
-  // copies"): a CUDA region on this GPU is read and written in place; a
-  // pinned (registered) host region is copied to and from directly; other
-  // host memory goes through this worker's pinned staging buffers.
-  const std::optional<TensorMemory>& in_memory = call.input_memory;
-  const std::optional<TensorMemory>& out_memory = call.output_memory;
-  const bool input_in_place = InPlace(in_memory, device.ordinal);
-  const bool output_in_place = InPlace(out_memory, device.ordinal);
-  const bool input_on_device = in_memory && in_memory->kind == TensorMemory::Kind::kDevice;
-  const bool output_on_device = out_memory && out_memory->kind == TensorMemory::Kind::kDevice;
-  const bool input_direct = input_on_device || (in_memory && in_memory->pinned);
-  const bool output_direct = output_on_device || (out_memory && out_memory->pinned);
+  // Each call's slice of the execution's input and output.
+  std::vector<size_t> in_offset(task.calls.size()), out_offset(task.calls.size());
+  std::vector<size_t> call_in_bytes(task.calls.size()), call_out_bytes(task.calls.size());
+  {
+    size_t in = 0, out = 0;
+    for (size_t i : live) {
+      in_offset[i] = in;
+      out_offset[i] = out;
+      call_in_bytes[i] = NumElements(task.calls[i].input_shape) * element;
+      call_out_bytes[i] = NumElements(task.calls[i].layer_outputs.back()) * element;
+      in += call_in_bytes[i];
+      out += call_out_bytes[i];
+    }
+  }
+  // Where inputs come from and outputs go (docs/runtime.md, "Host copies"):
+  // a CUDA region on this GPU is read and written in place when the call
+  // runs alone (a batch needs its slices side by side in one buffer); a
+  // pinned (registered) host region, or a CUDA region elsewhere, is copied
+  // to and from directly; other host memory goes through this worker's
+  // pinned staging buffers.
+  const bool alone = live.size() == 1;
+  const bool input_in_place = alone && InPlace(first.input_memory, device.ordinal);
+  const bool output_in_place = alone && InPlace(first.output_memory, device.ordinal);
+  bool staged_in = false, staged_out = false;
+  for (size_t i : live) {
+    staged_in = staged_in || !Direct(task.calls[i].input_memory);
+    staged_out = staged_out || !Direct(task.calls[i].output_memory);
+  }
   // Captured graphs hold the addresses of these buffers.
   bool moved = false;
   if (!input_in_place) RETURN_IF_ERROR(Grow(&worker.input, in_bytes, &moved));
   RETURN_IF_ERROR(Grow(&worker.ping, largest * element, &moved));
   if (problems.size() > 1) RETURN_IF_ERROR(Grow(&worker.pong, largest * element, &moved));
-  if (!input_direct) RETURN_IF_ERROR(Grow(&worker.staging_in, in_bytes));
-  if (!output_direct) RETURN_IF_ERROR(Grow(&worker.staging_out, out_bytes));
+  if (staged_in) RETURN_IF_ERROR(Grow(&worker.staging_in, in_bytes));
+  if (staged_out) RETURN_IF_ERROR(Grow(&worker.staging_out, out_bytes));
   const DeviceWeights& weights = *task.resources->weights[device.slot];
 
   // Held for the whole request: a plan in use is never evicted.
@@ -848,12 +1012,12 @@ absl::Status DevicePool::Execute(Device& device, Worker& worker, Task& task,
         "the client cancelled or the deadline passed while the request's plans were built");
   }
 
-  const void* first_input = input_in_place ? in_memory->data : worker.input.data();
+  const void* first_input = input_in_place ? first.input_memory->data : worker.input.data();
   const size_t last = problems.size() - 1;
   const auto buffers_for = [&](size_t i) {
     ConvLayerBuffers b;
     b.x = i == 0 ? first_input : (i % 2 == 1 ? worker.ping.data() : worker.pong.data());
-    b.y = i == last && output_in_place ? out_memory->data
+    b.y = i == last && output_in_place ? first.output_memory->data
                                        : (i % 2 == 0 ? worker.ping.data() : worker.pong.data());
     b.w = weights.weights(i);
     b.bias = weights.bias(i);
@@ -890,7 +1054,7 @@ absl::Status DevicePool::Execute(Device& device, Worker& worker, Task& task,
   CudaGraphKey graph_key;
   if (options_.cuda_graphs) {
     graph_key.graph_id = graph.id();
-    graph_key.input_shape = call.input_shape;
+    graph_key.input_shape = input_shape;
     graph_key.input = first_input;
     graph_key.output = buffers_for(last).y;
     CudaGraphCache<CapturedLayers>::Dependencies dependencies = {task.resources};
@@ -909,31 +1073,41 @@ absl::Status DevicePool::Execute(Device& device, Worker& worker, Task& task,
         worker.graphs->MarkUncapturable(graph_key);
         spdlog::warn("CUDA graph capture failed on GPU {} worker {} for graph '{}' input {} "
                      "({}): {}; this graph and shape run as plain launches on this worker",
-                     device.ordinal, worker.index, graph.name(),
-                     ShapeToString(call.input_shape), task.engines, capture.failure);
+                     device.ordinal, worker.index, graph.name(), ShapeToString(input_shape),
+                     task.engines, capture.failure);
       }
     }
   }
   timings->build = Seconds(absl::Now() - start);
 
   start = absl::Now();
-  const void* input_source = call.input.data();
-  if (!input_direct) {
-    // Host copy: the request's bytes into pinned staging, so the copy to the
-    // GPU is a true async DMA.
-    std::memcpy(worker.staging_in.data(), call.input.data(), in_bytes);
-    input_source = worker.staging_in.data();
-  } else if (in_memory) {
-    input_source = in_memory->data;
+  uint8_t* const staging_in = static_cast<uint8_t*>(worker.staging_in.data());
+  for (size_t i : live) {
+    const InferCall& call = task.calls[i];
+    if (!Direct(call.input_memory)) {
+      // Host copy: the request's bytes into pinned staging, so the copy to
+      // the GPU is a true async DMA.
+      std::memcpy(staging_in + in_offset[i], call.input.data(), call_in_bytes[i]);
+    }
   }
   const double stage_in = Seconds(absl::Now() - start);
   CUDA_RETURN_IF_ERROR(cudaEventRecord(worker.events[0].get(), stream));
-  if (input_on_device && !input_in_place) {
-    CUDA_RETURN_IF_ERROR(cudaMemcpyPeerAsync(worker.input.data(), device.ordinal, input_source,
-                                             in_memory->device, in_bytes, stream));
-  } else if (!input_in_place) {
-    CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(worker.input.data(), input_source, in_bytes,
-                                         cudaMemcpyHostToDevice, stream));
+  if (!input_in_place) {
+    uint8_t* const input = static_cast<uint8_t*>(worker.input.data());
+    for (size_t i : live) {
+      const InferCall& call = task.calls[i];
+      const std::optional<TensorMemory>& memory = call.input_memory;
+      cudaError_t copied = cudaSuccess;
+      if (memory && memory->kind == TensorMemory::Kind::kDevice) {
+        copied = cudaMemcpyPeerAsync(input + in_offset[i], device.ordinal, memory->data,
+                                     memory->device, call_in_bytes[i], stream);
+      } else {
+        const void* source = Direct(memory) ? memory->data : staging_in + in_offset[i];
+        copied = cudaMemcpyAsync(input + in_offset[i], source, call_in_bytes[i],
+                                 cudaMemcpyHostToDevice, stream);
+      }
+      RETURN_IF_ERROR(CheckCallCopy(copied, "input", &(*results)[i]));
+    }
   }
   CUDA_RETURN_IF_ERROR(cudaEventRecord(worker.events[1].get(), stream));
   if (!options_.testing_fault_graph.empty() && graph.name() == options_.testing_fault_graph) {
@@ -958,9 +1132,8 @@ absl::Status DevicePool::Execute(Device& device, Worker& worker, Task& task,
         worker.graphs->MarkUncapturable(graph_key);
         spdlog::warn("CUDA graph launch failed on GPU {} worker {} for graph '{}' input {} "
                      "({}): {} ({}); this graph and shape run as plain launches on this worker",
-                     device.ordinal, worker.index, graph.name(),
-                     ShapeToString(call.input_shape), task.engines, cudaGetErrorName(launched),
-                     cudaGetErrorString(launched));
+                     device.ordinal, worker.index, graph.name(), ShapeToString(input_shape),
+                     task.engines, cudaGetErrorName(launched), cudaGetErrorString(launched));
         captured = nullptr;
         timings->replayed = false;
       }
@@ -981,28 +1154,40 @@ absl::Status DevicePool::Execute(Device& device, Worker& worker, Task& task,
     begin = end;
   }
   CUDA_RETURN_IF_ERROR(cudaEventRecord(worker.events[2].get(), stream));
-  const void* result = buffers_for(last).y;
-  if (output_on_device && !output_in_place) {
-    CUDA_RETURN_IF_ERROR(cudaMemcpyPeerAsync(out_memory->data, out_memory->device, result,
-                                             device.ordinal, out_bytes, stream));
-  } else if (!output_in_place) {
-    void* target = output_direct ? static_cast<void*>(out_memory->data) : worker.staging_out.data();
-    CUDA_RETURN_IF_ERROR(
-        cudaMemcpyAsync(target, result, out_bytes, cudaMemcpyDeviceToHost, stream));
+  const uint8_t* const result = static_cast<const uint8_t*>(buffers_for(last).y);
+  uint8_t* const staging_out = static_cast<uint8_t*>(worker.staging_out.data());
+  if (!output_in_place) {
+    for (size_t i : live) {
+      if (!(*results)[i].ok()) continue;  // its input never arrived
+      const std::optional<TensorMemory>& memory = task.calls[i].output_memory;
+      cudaError_t copied = cudaSuccess;
+      if (memory && memory->kind == TensorMemory::Kind::kDevice) {
+        copied = cudaMemcpyPeerAsync(memory->data, memory->device, result + out_offset[i],
+                                     device.ordinal, call_out_bytes[i], stream);
+      } else {
+        void* target = Direct(memory) ? static_cast<void*>(memory->data)
+                                      : staging_out + out_offset[i];
+        copied = cudaMemcpyAsync(target, result + out_offset[i], call_out_bytes[i],
+                                 cudaMemcpyDeviceToHost, stream);
+      }
+      RETURN_IF_ERROR(CheckCallCopy(copied, "output", &(*results)[i]));
+    }
   }
   CUDA_RETURN_IF_ERROR(cudaEventRecord(worker.events[3].get(), stream));
   CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
   start = absl::Now();
-  if (!output_direct) {
+  for (size_t i : live) {
+    InferCall& call = task.calls[i];
+    if (!(*results)[i].ok() || Direct(call.output_memory)) continue;
     // Host copy: pinned staging into the response message or the region.
     uint8_t* target = nullptr;
-    if (out_memory) {
-      target = out_memory->data;
+    if (call.output_memory) {
+      target = call.output_memory->data;
     } else {
-      call.output->resize(out_bytes);
+      call.output->resize(call_out_bytes[i]);
       target = reinterpret_cast<uint8_t*>(call.output->data());
     }
-    std::memcpy(target, worker.staging_out.data(), out_bytes);
+    std::memcpy(target, staging_out + out_offset[i], call_out_bytes[i]);
   }
   const double stage_out = Seconds(absl::Now() - start);
   ASSIGN_OR_RETURN(double h2d, ElapsedSeconds(worker.events[0], worker.events[1]));
@@ -1011,7 +1196,6 @@ absl::Status DevicePool::Execute(Device& device, Worker& worker, Task& task,
   timings->h2d = stage_in + h2d;
   timings->compute = compute;
   timings->d2h = d2h + stage_out;
-  *output_shape = outputs.back();
   return absl::OkStatus();
 }
 

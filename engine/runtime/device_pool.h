@@ -19,6 +19,11 @@
 // failure observer hears of it (the server turns health NOT_SERVING and
 // exits 3 to be restarted).
 //
+// Requests a dynamic batcher joined (SubmitBatch) run as one execution: each
+// call's input is copied into its slice of the worker's input buffer, the
+// layers run once with N the sum of theirs, and each call's slice of the
+// output is copied back to it.
+//
 // A worker captures a request's layer launches into CUDA graphs the second
 // time it runs the same graph, input shape and pointers, and replays them
 // after (docs/runtime.md, "CUDA graphs").
@@ -100,6 +105,8 @@ class DevicePool : public RequestRunner {
   absl::Status AddGraph(const std::shared_ptr<const Graph>& graph) override;
   void RemoveGraph(const std::string& graph_id) override;
   void Submit(InferCall call) override;
+  void SubmitBatch(InferBatch batch) override;
+  int concurrency() const override;
   void Drain() override;
   std::string Describe() const override;
   RunnerStats Stats() const override;
@@ -123,11 +130,19 @@ class DevicePool : public RequestRunner {
   explicit DevicePool(const DevicePoolOptions& options);
 
   void WorkerLoop(Device* device, Worker* worker);
+  // Makes the task of `calls` (one request, or a batch) and routes it.
+  void Enqueue(std::vector<InferCall> calls, std::vector<double> delays, bool batched);
+  // Executes `task` on `worker` and answers its calls; a failed batch runs
+  // each call again alone. Handles a lost GPU.
+  void RunTask(Device& device, Worker& worker, std::unique_ptr<Task> task);
   // Queues `task` on the healthy GPU with the least outstanding work, or
   // answers it (UNAVAILABLE: no healthy GPU; RESOURCE_EXHAUSTED: queue full).
   void Route(std::unique_ptr<Task> task);
-  absl::Status Execute(Device& device, Worker& worker, Task& task, Shape* output_shape,
-                       InferTimings* timings);
+  // Runs the task's calls as one execution. Non-OK: the execution failed
+  // (its calls' outcome); OK: `results` says how each call ended (a call
+  // cancelled before it ran, or whose own copy failed, is not OK).
+  absl::Status Execute(Device& device, Worker& worker, Task& task,
+                       std::vector<absl::Status>* results, InferTimings* timings);
   absl::StatusOr<std::shared_ptr<ConvLayerPlan>> LayerPlan(Device& device, Worker& worker,
                                                            const Graph& graph, size_t layer,
                                                            const ConvLayerProblem& problem);

@@ -26,6 +26,12 @@ struct InferTimings {
   double d2h = 0;      // device to host, staging copy included
   // GPU: the layers ran as CUDA graphs an earlier request captured.
   bool replayed = false;
+  // Dynamic batching: the N of the execution the request ran in (the sum of
+  // its batch-mates' N), and how long it waited in the batcher before that
+  // batch was formed (also part of `queue`). 0 when it did not go through a
+  // batcher.
+  int64_t batch_size = 0;
+  double batch_delay = 0;
 };
 
 // Memory a tensor lives in when it is not in the request or response
@@ -78,6 +84,36 @@ struct InferCall {
   std::function<void(const absl::Status& status, const Shape& output_shape,
                      const InferTimings& timings)>
       done;
+};
+
+// Calls of one graph whose inputs have the same shape but for N (and the
+// graph's dtype and layout), run as one execution with N = the sum of theirs
+// and split back (dynamic batching). N is the outermost dimension in every
+// layout, so call i's input and output are contiguous slices of the batch's.
+struct InferBatch {
+  std::vector<InferCall> calls;
+  // Seconds each call waited in the batcher before the batch was formed (one
+  // per call).
+  std::vector<double> delays;
+};
+
+// One execution of a graph's layers, reported by the runner before it
+// answers the requests that ran in it (statistics count executions apart
+// from requests, as Triton does).
+struct ExecutionEvent {
+  std::string graph_name;
+  std::string graph_id;
+  // It ran a batch the dynamic batcher formed (InferBatch).
+  bool batched = false;
+  // N of the execution's input.
+  int64_t batch_size = 0;
+  // Requests joined in it, and those of them answered OK.
+  int requests = 0;
+  int succeeded = 0;
+  // Sum of N of the requests answered OK.
+  int64_t succeeded_batch = 0;
+  // The execution's own stages (device, build, h2d, compute, d2h).
+  InferTimings timings;
 };
 
 }  // namespace convserve

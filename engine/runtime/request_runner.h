@@ -102,6 +102,16 @@ class RequestRunner {
   // Queues the call; `call.done` reports its end. The call's shape and
   // bytes were checked by the caller.
   virtual void Submit(InferCall call) = 0;
+  // Queues the calls as one execution (see InferBatch); every call's `done`
+  // reports its own end. One call's failure (cancelled, its own copy
+  // failing) does not fail the others; a failure of the joined execution
+  // itself runs each call again alone. The calls' shapes and bytes were
+  // checked by the caller, and they share graph, C and spatial dims.
+  virtual void SubmitBatch(InferBatch batch) = 0;
+
+  // Executions that can run at once (worker threads over healthy devices):
+  // how many batches a dynamic batcher keeps in flight.
+  virtual int concurrency() const = 0;
 
   // Refuses new calls (UNAVAILABLE) and returns when accepted ones are done.
   virtual void Drain() = 0;
@@ -147,6 +157,11 @@ class RequestRunner {
   void set_plan_build_observer(std::function<void(const PlanBuildEvent&)> observer) {
     plan_build_observer_ = std::move(observer);
   }
+  // Called after every execution, from the worker, before the requests that
+  // ran in it are answered; set once before traffic starts.
+  void set_execution_observer(std::function<void(const ExecutionEvent&)> observer) {
+    execution_observer_ = std::move(observer);
+  }
   // Called from the worker that saw a device fail; set once before traffic
   // starts.
   void set_device_failure_observer(std::function<void(const DeviceFailure&)> observer) {
@@ -164,11 +179,15 @@ class RequestRunner {
   void ReportDeviceFailure(const DeviceFailure& failure) const {
     if (device_failure_observer_) device_failure_observer_(failure);
   }
+  void ReportExecution(const ExecutionEvent& event) const {
+    if (execution_observer_) execution_observer_(event);
+  }
 
  private:
   std::shared_ptr<HostBufferPool> host_buffers_ = HostBufferPool::CreateUnpinned();
   std::function<void(const PlanBuildEvent&)> plan_build_observer_;
   std::function<void(const DeviceFailure&)> device_failure_observer_;
+  std::function<void(const ExecutionEvent&)> execution_observer_;
 };
 
 }  // namespace convserve

@@ -50,6 +50,20 @@ class RecordingRunner : public RequestRunner {
     };
     inner_->Submit(std::move(call));
   }
+  void SubmitBatch(InferBatch batch) override {
+    for (InferCall& call : batch.calls) {
+      call.done = [this, done = std::move(call.done)](const absl::Status& s, const Shape& shape,
+                                                      const InferTimings& t) {
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          timings_.push_back(t);
+        }
+        done(s, shape, t);
+      };
+    }
+    inner_->SubmitBatch(std::move(batch));
+  }
+  int concurrency() const override { return inner_->concurrency(); }
   std::vector<InferTimings> Take() {
     std::lock_guard<std::mutex> lock(mu_);
     return std::exchange(timings_, {});
