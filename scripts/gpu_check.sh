@@ -11,7 +11,7 @@ mkdir -p "$out"
 export LD_LIBRARY_PATH="$PWD/$bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export CONVSERVE_SOURCE_DIR="$PWD"
 bin="$bundle/bin"
-steps="${STEPS:-tests graphs fault oracle runtime server bench}"
+steps="${STEPS:-tests graphs batching fault oracle runtime server bench}"
 
 nvidia-smi -L | tee "$out/device.txt"
 summary=()
@@ -38,6 +38,18 @@ if [[ " $steps " == *" graphs "* ]]; then
     | head -30
   grep -E "CUDA graph (capture|launch) failed" "$out/cuda_graph_test.log" | cut -c1-260 | head -10
   summary+=("cuda_graph_test rc=$rc $(grep -E '^\[  PASSED  \]|FAILED TEST' "$out/cuda_graph_test.log" | tr '\n' ' ')")
+fi
+
+if [[ " $steps " == *" batching "* ]]; then
+  # Dynamic batching on the GPU: random graphs in batches against the CPU
+  # backend, error isolation, the batcher under 64 calls; then the
+  # benchmark, batching off vs on (docs/runtime.md, "Dynamic batching").
+  timeout 420 "$bin/dynamic_batching_gpu_test" > "$out/dynamic_batching_gpu_test.log" 2>&1
+  rc=$?
+  grep -E "FAILED|Failure" "$out/dynamic_batching_gpu_test.log" | head -20
+  summary+=("dynamic_batching_gpu_test rc=$rc $(grep -E '^\[  PASSED  \]|FAILED TEST' "$out/dynamic_batching_gpu_test.log" | tr '\n' ' ')")
+  BUNDLE="$bundle" OUT="$out/batching" bash scripts/bench_batching.sh | tee "$out/bench_batching.txt"
+  summary+=("bench_batching: $(grep -E ' vs off: ' "$out/bench_batching.txt" | tr '\n' ' ')")
 fi
 
 if [[ " $steps " == *" fault "* ]]; then

@@ -434,7 +434,11 @@ void DevicePool::Enqueue(std::vector<InferCall> calls, std::vector<double> delay
   }
   const int64_t element = static_cast<int64_t>(DTypeSize(graph->spec().dtype));
   for (const InferCall& call : task->calls) {
-    if (call.layer_outputs.size() != graph->spec().layers.size() || call.graph != graph) {
+    if (call.graph->id() != graph->id()) {
+      task->Fail(absl::InternalError("a batch joined requests of different graphs"));
+      return;
+    }
+    if (call.layer_outputs.size() != graph->spec().layers.size()) {
       task->Fail(absl::InternalError("the call's layer output shapes were not inferred"));
       return;
     }

@@ -181,23 +181,28 @@ std::vector<size_t> FormBatch(const std::deque<Queued>& queue,
 void DynamicBatcher::Loop() {
   State& state = *state_;
   const int limit = std::max(1, runner_->concurrency());
+  absl::Time last_sweep = absl::InfinitePast();
   while (true) {
     std::vector<Queued> cancelled;
     InferBatch batch;
     absl::Time now;
     {
       absl::MutexLock lock(&state.mu);
+      now = absl::Now();
       // Answered here, not when their turn comes: a request may wait long
-      // behind batches in flight.
-      for (auto it = state.queue.begin(); it != state.queue.end();) {
-        if (IsCancelled(it->call)) {
-          cancelled.push_back(std::move(*it));
-          it = state.queue.erase(it);
-        } else {
-          ++it;
+      // behind batches in flight. At most once per kCancelSweep: the loop
+      // runs for every arrival.
+      if (now - last_sweep >= kCancelSweep) {
+        last_sweep = now;
+        for (auto it = state.queue.begin(); it != state.queue.end();) {
+          if (IsCancelled(it->call)) {
+            cancelled.push_back(std::move(*it));
+            it = state.queue.erase(it);
+          } else {
+            ++it;
+          }
         }
       }
-      now = absl::Now();
       if (cancelled.empty()) {
         if (state.queue.empty()) {
           if (state.closed) return;
