@@ -19,6 +19,7 @@ namespace convserve {
 namespace {
 
 constexpr char kGraph[] = "exposed";
+constexpr char kBatchedGraph[] = "exposed_batched";
 
 std::string SourcePath(const std::string& relative) {
   return absl::StrCat(CONVSERVE_SOURCE_DIR, "/", relative);
@@ -35,6 +36,14 @@ class MetricsExpositionTest : public ::testing::Test {
     const TrafficResult ok = SendTraffic(server_->address(), ObservedRequests(graph), 2, 9);
     ASSERT_EQ(ok.correct, 18) << "wrong " << ok.wrong << ", errors " << ok.errors.size();
     ASSERT_TRUE(SendKServeRequests(server_->address(), graph, 3).ok());
+    // A graph with dynamic batching leaves the batching families' series.
+    v1::LoadGraphRequest batched;
+    *batched.mutable_graph() = ObservedGraph(kBatchedGraph);
+    batched.mutable_dynamic_batching()->set_max_batch_size(4);
+    ASSERT_TRUE(ConvServeClient(options).LoadGraph(batched).ok());
+    const TrafficResult batched_ok =
+        SendTraffic(server_->address(), ObservedRequests(batched.graph()), 2, 3);
+    ASSERT_EQ(batched_ok.correct, 6) << "wrong " << batched_ok.wrong;
     const std::map<std::string, int64_t> codes =
         SendFailingRequests(server_->address(), kGraph, {2, 2});
     ASSERT_EQ(codes, (std::map<std::string, int64_t>{{"NOT_FOUND", 2}, {"INVALID_ARGUMENT", 2}}));
@@ -68,7 +77,7 @@ TEST_F(MetricsExpositionTest, PromtoolCheckMetricsReportsNothing) {
     families += absl::StartsWith(line, "# TYPE ") ? 1 : 0;
   }
   std::printf("promtool check metrics: exit %d, no findings on %zu bytes (%d families) after "
-              "21 OK and 4 failed requests\n",
+              "27 OK and 4 failed requests\n",
               lint->exit_code, page_.size(), families);
 }
 
