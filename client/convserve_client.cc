@@ -25,6 +25,7 @@ ConvServeClient::ConvServeClient(const ClientOptions& options) : options_(option
   channel_ = grpc::CreateCustomChannel(options.address, grpc::InsecureChannelCredentials(), args);
   convserve_ = v1::ConvServe::NewStub(channel_);
   kserve_ = inference::GRPCInferenceService::NewStub(channel_);
+  generic_ = std::make_unique<grpc::GenericStub>(channel_);
 }
 
 void ConvServeClient::Prepare(grpc::ClientContext* context) const {
@@ -191,6 +192,14 @@ void ConvServeClient::ModelInferAsync(grpc::ClientContext* context,
                                       inference::ModelInferResponse* response,
                                       std::function<void(grpc::Status)> done) {
   kserve_->async()->ModelInfer(context, request, response, std::move(done));
+}
+
+void ConvServeClient::ModelInferBytesAsync(grpc::ClientContext* context,
+                                           const grpc::ByteBuffer* request,
+                                           grpc::ByteBuffer* response,
+                                           std::function<void(grpc::Status)> done) {
+  generic_->UnaryCall(context, "/inference.GRPCInferenceService/ModelInfer", grpc::StubOptions(),
+                      request, response, std::move(done));
 }
 
 void ConvServeClient::ModelStreamInfer(
