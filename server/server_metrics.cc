@@ -199,6 +199,13 @@ ServerMetrics::ServerMetrics(const ServerMetricsOptions& options, const Inferenc
                     .Name("convserve_response_bytes_total")
                     .Help("Output tensor bytes sent.")
                     .Register(*registry_);
+  management_refusals_ =
+      &prometheus::BuildCounter()
+           .Name("convserve_graph_management_refusals_total")
+           .Help("LoadGraph, UnloadGraph, RepositoryModelLoad and RepositoryModelUnload calls "
+                 "refused by --graph_management, by call and reason (disabled, missing_token, "
+                 "wrong_token).")
+           .Register(*registry_);
   inflight_ = &prometheus::BuildGauge()
                    .Name("convserve_inflight_requests")
                    .Help("Inference requests accepted and not yet answered.")
@@ -238,6 +245,11 @@ std::string ServerMetrics::GraphLabel(const std::string& graph) {
     return graph;
   }
   return "_other";
+}
+
+void ServerMetrics::GraphManagementRefused(absl::string_view rpc, absl::string_view reason) {
+  management_refusals_->Add({{"rpc", std::string(rpc)}, {"reason", std::string(reason)}})
+      .Increment();
 }
 
 void ServerMetrics::RequestFinished(const std::string& graph, const std::string& graph_id,
