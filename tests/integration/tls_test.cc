@@ -11,6 +11,7 @@
 #include <fstream>
 #include <memory>
 #include <string>
+#include <sstream>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -85,7 +86,7 @@ std::unique_ptr<TestServer> StartServer(const ServerTlsOptions& tls) {
 }
 
 // Runs a shell command line; its exit status, output in `output`.
-int Run(const std::string& command, std::string* output) {
+int RunShell(const std::string& command, std::string* output) {
   const std::string log = ::testing::TempDir() + "/tls_test_command.log";
   const int status = std::system((command + " > " + log + " 2>&1").c_str());
   *output = ReadText(log);
@@ -97,7 +98,7 @@ class TlsTest : public ::testing::Test {
   static void SetUpTestSuite() {
     std::filesystem::remove_all(CertDir());
     std::string output;
-    const int code = Run(absl::StrCat("bash ", CONVSERVE_SOURCE_DIR,
+    const int code = RunShell(absl::StrCat("bash ", CONVSERVE_SOURCE_DIR,
                                       "/tests/integration/make_test_certs.sh ", CertDir()),
                          &output);
     ASSERT_EQ(code, 0) << "openssl could not make the test certificates:\n" << output;
@@ -172,13 +173,13 @@ TEST_F(TlsTest, HealthProbeAndLoadGeneratorConnectWithTheirTlsFlags) {
                                             " --tls_key_file=", Cert("client_a.key"),
                                             " --tls_server_name=localhost");
   std::string output;
-  EXPECT_EQ(Run(absl::StrCat(CONVSERVE_HEALTH_BINARY, " --server=", address, client_a), &output),
-            0)
+  EXPECT_EQ(
+      RunShell(absl::StrCat(CONVSERVE_HEALTH_BINARY, " --server=", address, client_a), &output), 0)
       << output;
   EXPECT_THAT(output, HasSubstr("SERVING"));
-  EXPECT_EQ(Run(absl::StrCat(CONVSERVE_HEALTH_BINARY, " --server=", address), &output), 1)
+  EXPECT_EQ(RunShell(absl::StrCat(CONVSERVE_HEALTH_BINARY, " --server=", address), &output), 1)
       << output;
-  EXPECT_EQ(Run(absl::StrCat(CONVSERVE_HEALTH_BINARY, " --server=", address,
+  EXPECT_EQ(RunShell(absl::StrCat(CONVSERVE_HEALTH_BINARY, " --server=", address,
                              " --tls_ca_file=", Cert("ca_a.pem"), " --tls_server_name=localhost"),
                 &output),
             1)
@@ -188,8 +189,8 @@ TEST_F(TlsTest, HealthProbeAndLoadGeneratorConnectWithTheirTlsFlags) {
       absl::StrCat(CONVSERVE_LOAD_BINARY, " --server=", address, " --graph_file=",
                    CONVSERVE_SOURCE_DIR, "/deploy/examples/resnet_block.textproto",
                    " --input_shape=1,3,16,16 --requests=2 --verify --unload");
-  EXPECT_EQ(Run(load + client_a, &output), 0) << output;
-  EXPECT_NE(Run(load, &output), 0) << "plain text reached a TLS server: " << output;
+  EXPECT_EQ(RunShell(load + client_a, &output), 0) << output;
+  EXPECT_NE(RunShell(load, &output), 0) << "plain text reached a TLS server: " << output;
 }
 
 TEST_F(TlsTest, RotatedCertificateIsServedWithoutARestart) {
