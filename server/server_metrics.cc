@@ -206,6 +206,14 @@ ServerMetrics::ServerMetrics(const ServerMetricsOptions& options, const Inferenc
                  "refused by --graph_management, by call and reason (disabled, missing_token, "
                  "wrong_token).")
            .Register(*registry_);
+  // Every series exists from the start at 0, so the first refusal is an
+  // increase (rate() and alerts see it) and the family is always on /metrics.
+  for (const char* rpc : {"LoadGraph", "UnloadGraph", "RepositoryModelLoad",
+                          "RepositoryModelUnload"}) {
+    for (const char* reason : {"disabled", "missing_token", "wrong_token"}) {
+      management_refusals_->Add({{"rpc", rpc}, {"reason", reason}});
+    }
+  }
   inflight_ = &prometheus::BuildGauge()
                    .Name("convserve_inflight_requests")
                    .Help("Inference requests accepted and not yet answered.")
