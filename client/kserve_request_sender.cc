@@ -213,19 +213,22 @@ void KServeRequestSender::Dispatch(ConvServeClient& client, int slot, absl::Time
          InferOutput output;
          output.shape.assign(response->outputs(0).shape().begin(),
                              response->outputs(0).shape().end());
-         if (response->raw_output_contents_size() == 1) {
+         const int raw = response->raw_output_contents_size();
+         if (slot < 0 && raw == 1) {
            output.bytes = std::move(*response->mutable_raw_output_contents(0));
            output.byte_size = static_cast<int64_t>(output.bytes.size());
-         } else if (slot >= 0 && response->raw_output_contents_size() == 0) {
-           // In the slot; as big as its shape says.
+         } else if (slot >= 0 && (raw == 0 || (raw == 1 && response->raw_output_contents(0).empty()))) {
+           // In the slot (Triton's servers send an empty raw entry beside
+           // it); as big as its shape says.
            output.byte_size = ElementSize(data_type_);
            for (int64_t d : output.shape) output.byte_size *= d;
            output.slot = std::move(held);
          } else {
            held.reset();
            done(absl::InternalError(absl::StrCat(
-                    "ModelInfer response has ", response->raw_output_contents_size(),
-                    " raw_output_contents; expected ", slot >= 0 ? "0 or 1" : "1")),
+                    "ModelInfer response has ", raw, " raw_output_contents",
+                    slot >= 0 ? " with bytes in them; expected the output in its region"
+                              : "; expected 1")),
                 nullptr);
            return;
          }

@@ -25,6 +25,7 @@
 #include "client/load_session.h"
 #include "client/signal_cleanup.h"
 #include "client/tensor_summary.h"
+#include "engine/runtime/malloc_tuning.h"
 
 ABSL_FLAG(std::string, server, "localhost:8001",
           "host:port, a comma-separated list (requests round-robin), or a gRPC target such as "
@@ -359,6 +360,7 @@ int main(int argc, char** argv) {
   usage_config.contains_helpshort_flags = usage_config.contains_help_flags;
   absl::SetFlagsUsageConfig(usage_config);
   absl::ParseCommandLine(argc, argv);
+  convserve::KeepFreedBlocksForReuse();  // before any thread starts (malloc_tuning.h)
   // Line by line into a pipe or log too: a reader sees the setup as it
   // happens, and an interrupted run (which ends in _exit) loses no line.
   std::setvbuf(stdout, nullptr, _IOLBF, 0);

@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "engine/runtime/malloc_tuning.h"
 #include "server/backend_factory.h"
 #include "server/grpc_server.h"
 #include "server/inference_core.h"
@@ -176,6 +177,7 @@ int Run() {
     return 2;
   }
   spdlog::set_level(level);
+  spdlog::info("{}", KeepFreedBlocksForReuse());  // before any thread starts
   // Block the stop signals before any thread starts so only sigwait sees them.
   sigset_t stop_signals;
   sigemptyset(&stop_signals);

@@ -1,6 +1,9 @@
 #include "engine/runtime/backend_runner.h"
 
+#include <vector>
+
 #include "absl/time/clock.h"
+#include "engine/runtime/guarded_copy.h"
 #include "engine/status_macros.h"
 #include "spdlog/spdlog.h"
 
@@ -47,20 +50,44 @@ absl::Status BackendRunner::Execute(const InferCall& call, Shape* output_shape,
   if (device_memory) {
     return absl::FailedPreconditionError("CUDA shared memory needs the GPU backend");
   }
-  // Written in place: into the response message, or into a (host) region.
+  // A client's region is only read and written by one guarded copy each
+  // (guarded_copy.h): the layers run on pool threads, where a region
+  // truncated under them would raise SIGBUS unguarded.
+  const bool input_in_region = call.input_memory && call.input_memory->shared_region;
+  const bool output_in_region = call.output_memory && call.output_memory->shared_region;
+  std::vector<uint8_t> input_copy, output_copy;
+  absl::Span<const uint8_t> input = call.input;
+  if (input_in_region) {
+    start = absl::Now();
+    input_copy.resize(call.input.size());
+    RETURN_IF_ERROR(CopyGuarded(input_copy.data(), call.input.data(), input_copy.size()));
+    input = input_copy;
+    timings->h2d = absl::ToDoubleSeconds(absl::Now() - start);
+  }
+  // Written in place: into the response message or a buffer of the server's.
   uint8_t* out = nullptr;
   if (call.output_memory) {
     if (call.output_memory->bytes != bytes) {
       return absl::InternalError("the output region's size does not match the output");
     }
-    out = call.output_memory->data;
+    if (output_in_region) {
+      output_copy.resize(bytes);
+      out = output_copy.data();
+    } else {
+      out = call.output_memory->data;
+    }
   } else {
     call.output->resize(bytes);
     out = reinterpret_cast<uint8_t*>(call.output->data());
   }
   start = absl::Now();
-  absl::Status status = executable->Run(call.input, absl::MakeSpan(out, bytes), call.cancelled);
+  absl::Status status = executable->Run(input, absl::MakeSpan(out, bytes), call.cancelled);
   timings->compute = absl::ToDoubleSeconds(absl::Now() - start);
+  if (status.ok() && output_in_region) {
+    start = absl::Now();
+    status = CopyGuarded(call.output_memory->data, out, bytes);
+    timings->d2h = absl::ToDoubleSeconds(absl::Now() - start);
+  }
   if (!status.ok()) {
     if (call.output != nullptr) call.output->clear();  // never a partial result
     return status;

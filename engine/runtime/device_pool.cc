@@ -18,6 +18,7 @@
 #include "engine/cudnn/cudnn_backend.h"
 #include "engine/cudnn/cudnn_status.h"
 #include "engine/cudnn/probe_buffers.h"
+#include "engine/runtime/guarded_copy.h"
 #include "engine/runtime/layer_segments.h"
 #include "engine/runtime/prober_protocol.h"
 #include "engine/status_macros.h"
@@ -920,8 +921,13 @@ absl::Status DevicePool::Execute(Device& device, Worker& worker, Task& task,
   const void* input_source = call.input.data();
   if (!input_direct) {
     // Host copy: the request's bytes into pinned staging, so the copy to the
-    // GPU is a true async DMA.
-    std::memcpy(worker.staging_in.data(), call.input.data(), in_bytes);
+    // GPU is a true async DMA. A client's region that was not page-locked is
+    // read by a guarded copy (it may have been truncated).
+    if (in_memory && in_memory->shared_region) {
+      RETURN_IF_ERROR(CopyGuarded(worker.staging_in.data(), call.input.data(), in_bytes));
+    } else {
+      std::memcpy(worker.staging_in.data(), call.input.data(), in_bytes);
+    }
     input_source = worker.staging_in.data();
   } else if (in_memory) {
     input_source = in_memory->data;
@@ -995,14 +1001,12 @@ absl::Status DevicePool::Execute(Device& device, Worker& worker, Task& task,
   start = absl::Now();
   if (!output_direct) {
     // Host copy: pinned staging into the response message or the region.
-    uint8_t* target = nullptr;
     if (out_memory) {
-      target = out_memory->data;
+      RETURN_IF_ERROR(CopyGuarded(out_memory->data, worker.staging_out.data(), out_bytes));
     } else {
       call.output->resize(out_bytes);
-      target = reinterpret_cast<uint8_t*>(call.output->data());
+      std::memcpy(call.output->data(), worker.staging_out.data(), out_bytes);
     }
-    std::memcpy(target, worker.staging_out.data(), out_bytes);
   }
   const double stage_out = Seconds(absl::Now() - start);
   ASSIGN_OR_RETURN(double h2d, ElapsedSeconds(worker.events[0], worker.events[1]));
