@@ -22,7 +22,8 @@ ConvServeClient::ConvServeClient(const ClientOptions& options) : options_(option
     args.SetServiceConfigJSON(
         absl::StrCat(R"({"loadBalancingConfig":[{")", options.load_balancing_policy, R"(":{}}]})"));
   }
-  channel_ = grpc::CreateCustomChannel(options.address, grpc::InsecureChannelCredentials(), args);
+  std::shared_ptr<grpc::ChannelCredentials> credentials = MakeChannelCredentials(options.tls, &args);
+  channel_ = grpc::CreateCustomChannel(options.address, credentials, args);
   convserve_ = v1::ConvServe::NewStub(channel_);
   kserve_ = inference::GRPCInferenceService::NewStub(channel_);
   generic_ = std::make_unique<grpc::GenericStub>(channel_);
@@ -32,9 +33,15 @@ void ConvServeClient::Prepare(grpc::ClientContext* context) const {
   context->set_deadline(std::chrono::system_clock::now() + options_.timeout);
 }
 
+void ConvServeClient::AddGraphManagementToken(grpc::ClientContext* context) const {
+  if (options_.graph_management_token.empty()) return;
+  context->AddMetadata("authorization", absl::StrCat("Bearer ", options_.graph_management_token));
+}
+
 absl::StatusOr<v1::LoadGraphResponse> ConvServeClient::LoadGraph(const v1::GraphDef& graph) {
   grpc::ClientContext context;
   Prepare(&context);
+  AddGraphManagementToken(&context);
   v1::LoadGraphRequest request;
   *request.mutable_graph() = graph;
   v1::LoadGraphResponse response;
@@ -46,6 +53,7 @@ absl::StatusOr<v1::LoadGraphResponse> ConvServeClient::LoadGraph(const v1::Graph
 absl::Status ConvServeClient::UnloadGraph(const std::string& graph) {
   grpc::ClientContext context;
   Prepare(&context);
+  AddGraphManagementToken(&context);
   v1::UnloadGraphRequest request;
   request.set_graph(graph);
   v1::UnloadGraphResponse response;

@@ -15,6 +15,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "client/channel_credentials.h"
 #include "convserve/v1/convserve.grpc.pb.h"
 #include "inference/grpc_predict_v2.grpc.pb.h"
 
@@ -31,6 +32,11 @@ struct ClientOptions {
   int max_message_bytes = 256 << 20;
   // Deadline of each call.
   std::chrono::milliseconds timeout{60000};
+  // TLS or mutual TLS; plain text by default.
+  ClientTlsOptions tls;
+  // Sent as `authorization: Bearer <token>` on LoadGraph and UnloadGraph
+  // (a server with --graph_management=token); empty sends none.
+  std::string graph_management_token;
 };
 
 class ConvServeClient {
@@ -85,6 +91,8 @@ class ConvServeClient {
 
  private:
   void Prepare(grpc::ClientContext* context) const;
+  // The graph management token as metadata (LoadGraph, UnloadGraph).
+  void AddGraphManagementToken(grpc::ClientContext* context) const;
 
   const ClientOptions options_;
   std::shared_ptr<grpc::Channel> channel_;

@@ -29,6 +29,9 @@ struct InferenceCoreOptions {
   GraphRegistryOptions registry;
   // Request workers and their queue, when the core wraps a Backend.
   RequestExecutorOptions executor;
+  // Floating-point operations one request may cost (engine/compute_cost.h);
+  // a costlier one is INVALID_ARGUMENT before it queues. 0: no limit.
+  double max_request_flops = 0;
 };
 
 class InferenceCore {

@@ -199,6 +199,21 @@ ServerMetrics::ServerMetrics(const ServerMetricsOptions& options, const Inferenc
                     .Name("convserve_response_bytes_total")
                     .Help("Output tensor bytes sent.")
                     .Register(*registry_);
+  management_refusals_ =
+      &prometheus::BuildCounter()
+           .Name("convserve_graph_management_refusals_total")
+           .Help("LoadGraph, UnloadGraph, RepositoryModelLoad and RepositoryModelUnload calls "
+                 "refused by --graph_management, by call and reason (disabled, missing_token, "
+                 "wrong_token).")
+           .Register(*registry_);
+  // Every series exists from the start at 0, so the first refusal is an
+  // increase (rate() and alerts see it) and the family is always on /metrics.
+  for (const char* rpc : {"LoadGraph", "UnloadGraph", "RepositoryModelLoad",
+                          "RepositoryModelUnload"}) {
+    for (const char* reason : {"disabled", "missing_token", "wrong_token"}) {
+      management_refusals_->Add({{"rpc", rpc}, {"reason", reason}});
+    }
+  }
   inflight_ = &prometheus::BuildGauge()
                    .Name("convserve_inflight_requests")
                    .Help("Inference requests accepted and not yet answered.")
@@ -238,6 +253,11 @@ std::string ServerMetrics::GraphLabel(const std::string& graph) {
     return graph;
   }
   return "_other";
+}
+
+void ServerMetrics::GraphManagementRefused(absl::string_view rpc, absl::string_view reason) {
+  management_refusals_->Add({{"rpc", std::string(rpc)}, {"reason", std::string(reason)}})
+      .Increment();
 }
 
 void ServerMetrics::RequestFinished(const std::string& graph, const std::string& graph_id,

@@ -22,6 +22,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "convserve/v1/convserve.pb.h"
 #include "engine/runtime/infer_call.h"
@@ -61,6 +62,9 @@ class ServerMetrics {
   void RequestRejected(const std::string& graph, const std::string& protocol,
                        absl::StatusCode code, double seconds);
   void PlanBuilt(const PlanBuildEvent& event);
+  // A graph management call (`rpc`) refused by the policy, and why
+  // (server/graph_management_policy.h).
+  void GraphManagementRefused(absl::string_view rpc, absl::string_view reason);
 
   // Cumulative per-graph counts and durations (convserve.v1 GetStatistics);
   // `graph` empty for all, else a name.
@@ -90,6 +94,7 @@ class ServerMetrics {
   prometheus::Family<prometheus::Counter>* plan_builds_;
   prometheus::Family<prometheus::Counter>* bytes_in_;
   prometheus::Family<prometheus::Counter>* bytes_out_;
+  prometheus::Family<prometheus::Counter>* management_refusals_;
   prometheus::Gauge* inflight_;
 
   mutable absl::Mutex mu_;
