@@ -1,15 +1,20 @@
 # The C++ client library and convserve-load (included from the top-level
 # CMakeLists.txt).
+# TLS channel credentials, shared with convserve-health.
+add_library(convserve_channel_credentials STATIC client/channel_credentials.cc)
+target_include_directories(convserve_channel_credentials PUBLIC ${CMAKE_CURRENT_SOURCE_DIR})
+target_link_libraries(convserve_channel_credentials PUBLIC gRPC::grpc++ absl::status
+  absl::statusor absl::strings)
+
 add_library(convserve_client STATIC
   client/convserve_client.cc
-  client/graph_file.cc
   client/infer_request_sender.cc
   client/model_infer_stream.cc
   client/server_pool.cc
   client/tensor_summary.cc)
 target_include_directories(convserve_client PUBLIC ${CMAKE_CURRENT_SOURCE_DIR})
 target_link_libraries(convserve_client PUBLIC
-  convserve_proto convserve_tensor gRPC::grpc++ absl::status absl::statusor absl::strings
+  convserve_channel_credentials convserve_graph_file convserve_proto convserve_tensor gRPC::grpc++ absl::status absl::statusor absl::strings
   absl::synchronization absl::time)
 
 # The load generator as a library, so tests drive it in-process. It links the

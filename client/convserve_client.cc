@@ -22,13 +22,20 @@ ConvServeClient::ConvServeClient(const ClientOptions& options) : options_(option
     args.SetServiceConfigJSON(
         absl::StrCat(R"({"loadBalancingConfig":[{")", options.load_balancing_policy, R"(":{}}]})"));
   }
-  channel_ = grpc::CreateCustomChannel(options.address, grpc::InsecureChannelCredentials(), args);
+  std::shared_ptr<grpc::ChannelCredentials> credentials = MakeChannelCredentials(options.tls, &args);
+  channel_ = grpc::CreateCustomChannel(options.address, credentials, args);
   convserve_ = v1::ConvServe::NewStub(channel_);
   kserve_ = inference::GRPCInferenceService::NewStub(channel_);
+  generic_ = std::make_unique<grpc::GenericStub>(channel_);
 }
 
 void ConvServeClient::Prepare(grpc::ClientContext* context) const {
   context->set_deadline(std::chrono::system_clock::now() + options_.timeout);
+}
+
+void ConvServeClient::AddGraphManagementToken(grpc::ClientContext* context) const {
+  if (options_.graph_management_token.empty()) return;
+  context->AddMetadata("authorization", absl::StrCat("Bearer ", options_.graph_management_token));
 }
 
 absl::StatusOr<v1::LoadGraphResponse> ConvServeClient::LoadGraph(const v1::GraphDef& graph) {
@@ -41,6 +48,7 @@ absl::StatusOr<v1::LoadGraphResponse> ConvServeClient::LoadGraph(
     const v1::LoadGraphRequest& request) {
   grpc::ClientContext context;
   Prepare(&context);
+  AddGraphManagementToken(&context);
   v1::LoadGraphResponse response;
   grpc::Status status = convserve_->LoadGraph(&context, request, &response);
   if (!status.ok()) return FromGrpcStatus(status);
@@ -50,6 +58,7 @@ absl::StatusOr<v1::LoadGraphResponse> ConvServeClient::LoadGraph(
 absl::Status ConvServeClient::UnloadGraph(const std::string& graph) {
   grpc::ClientContext context;
   Prepare(&context);
+  AddGraphManagementToken(&context);
   v1::UnloadGraphRequest request;
   request.set_graph(graph);
   v1::UnloadGraphResponse response;
@@ -196,6 +205,14 @@ void ConvServeClient::ModelInferAsync(grpc::ClientContext* context,
                                       inference::ModelInferResponse* response,
                                       std::function<void(grpc::Status)> done) {
   kserve_->async()->ModelInfer(context, request, response, std::move(done));
+}
+
+void ConvServeClient::ModelInferBytesAsync(grpc::ClientContext* context,
+                                           const grpc::ByteBuffer* request,
+                                           grpc::ByteBuffer* response,
+                                           std::function<void(grpc::Status)> done) {
+  generic_->UnaryCall(context, "/inference.GRPCInferenceService/ModelInfer", grpc::StubOptions(),
+                      request, response, std::move(done));
 }
 
 void ConvServeClient::ModelStreamInfer(

@@ -5,6 +5,8 @@
 #define CONVSERVE_CLIENT_CONVSERVE_CLIENT_H_
 
 #include <grpcpp/channel.h>
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/support/byte_buffer.h>
 
 #include <chrono>
 #include <cstdint>
@@ -13,6 +15,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "client/channel_credentials.h"
 #include "convserve/v1/convserve.grpc.pb.h"
 #include "inference/grpc_predict_v2.grpc.pb.h"
 
@@ -29,6 +32,11 @@ struct ClientOptions {
   int max_message_bytes = 256 << 20;
   // Deadline of each call.
   std::chrono::milliseconds timeout{60000};
+  // TLS or mutual TLS; plain text by default.
+  ClientTlsOptions tls;
+  // Sent as `authorization: Bearer <token>` on LoadGraph and UnloadGraph
+  // (a server with --graph_management=token); empty sends none.
+  std::string graph_management_token;
 };
 
 class ConvServeClient {
@@ -71,6 +79,10 @@ class ConvServeClient {
   void ModelInferAsync(grpc::ClientContext* context, const inference::ModelInferRequest* request,
                        inference::ModelInferResponse* response,
                        std::function<void(grpc::Status)> done);
+  // ModelInfer of a request serialized once and sent many times (its slices
+  // are shared, not copied, per call); the response arrives unparsed.
+  void ModelInferBytesAsync(grpc::ClientContext* context, const grpc::ByteBuffer* request,
+                            grpc::ByteBuffer* response, std::function<void(grpc::Status)> done);
   // Starts a ModelStreamInfer call driven by `reactor` (which then calls
   // StartCall); `context` carries no deadline unless the caller set one.
   void ModelStreamInfer(grpc::ClientContext* context,
@@ -81,11 +93,14 @@ class ConvServeClient {
 
  private:
   void Prepare(grpc::ClientContext* context) const;
+  // The graph management token as metadata (LoadGraph, UnloadGraph).
+  void AddGraphManagementToken(grpc::ClientContext* context) const;
 
   const ClientOptions options_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::ConvServe::Stub> convserve_;
   std::unique_ptr<inference::GRPCInferenceService::Stub> kserve_;
+  std::unique_ptr<grpc::GenericStub> generic_;
 };
 
 // gRPC status -> absl::Status, same code and message.

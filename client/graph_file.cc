@@ -79,6 +79,13 @@ absl::StatusOr<v1::GraphDef> ReadGraphFile(const std::string& path) {
   absl::StatusOr<std::string> text = ReadFileBytes(path);
   if (!text.ok()) return text.status();
   v1::GraphDef graph;
+  if (absl::EndsWith(path, ".pb") || absl::EndsWith(path, ".binpb")) {
+    if (!graph.ParseFromString(*text)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": not a GraphDef in protobuf binary form"));
+    }
+    return graph;
+  }
   if (absl::EndsWith(path, ".json")) {
     auto status = google::protobuf::util::JsonStringToMessage(*text, &graph);
     if (!status.ok()) {

@@ -12,8 +12,10 @@
 
 namespace convserve {
 
-// Reads a GraphDef from protobuf text format, or JSON when the path ends in
-// ".json". Errors name the file and the parser's line and column.
+// Reads a GraphDef from protobuf text format, JSON when the path ends in
+// ".json", or the binary wire form (weights inside, as LoadGraph sends it)
+// when it ends in ".pb" or ".binpb". Errors name the file and, for text, the
+// parser's line and column.
 absl::StatusOr<v1::GraphDef> ReadGraphFile(const std::string& path);
 
 // Fills every layer whose weights are empty with values drawn from `seed`

@@ -1,6 +1,8 @@
 #include "client/kserve_request_sender.h"
 
 #include <grpcpp/client_context.h>
+#include <grpcpp/support/proto_buffer_reader.h>
+#include <grpcpp/support/proto_buffer_writer.h>
 
 #include <utility>
 
@@ -25,12 +27,21 @@ void SetRegion(const std::string& region, uint64_t byte_size, uint64_t offset,
 // State of one unary ModelInfer call; deletes itself when the call ends.
 struct UnaryCall {
   grpc::ClientContext context;
+  // The response of a call sent as bytes, parsed when it arrives.
+  grpc::ByteBuffer response_bytes;
   inference::ModelInferResponse response;
   std::function<void(const absl::Status&, inference::ModelInferResponse*)> done;
 
   void Finish(const grpc::Status& status) {
     std::unique_ptr<UnaryCall> self(this);
     done(FromGrpcStatus(status), status.ok() ? &response : nullptr);
+  }
+  void FinishBytes(grpc::Status status) {
+    if (status.ok()) {
+      status = grpc::SerializationTraits<inference::ModelInferResponse>::Deserialize(
+          &response_bytes, &response);
+    }
+    Finish(status);
   }
 };
 
@@ -128,6 +139,12 @@ KServeRequestSender::KServeRequestSender(const KServeSenderOptions& options,
   if (regions_ == nullptr) {
     request.add_raw_input_contents(input.bytes);
     message_request_ = std::move(request);
+    // Serialized here once, not by gRPC on every call: a copy of the tensor
+    // fewer per request.
+    bool own_buffer = false;
+    const grpc::Status serialized = grpc::SerializationTraits<inference::ModelInferRequest>::Serialize(
+        message_request_, &message_bytes_, &own_buffer);
+    if (!serialized.ok()) message_bytes_.Clear();  // then sent as a message
     return;
   }
   SetRegion(regions_->input_region(), input.bytes.size(), 0, tensor->mutable_parameters());
@@ -166,6 +183,11 @@ void KServeRequestSender::Call(ConvServeClient& client, int slot, absl::Time dea
   auto* call = new UnaryCall;
   call->done = std::move(done);
   call->context.set_deadline(absl::ToChronoTime(deadline));
+  if (slot < 0 && message_bytes_.Valid()) {
+    client.ModelInferBytesAsync(&call->context, &message_bytes_, &call->response_bytes,
+                                [call](grpc::Status status) { call->FinishBytes(status); });
+    return;
+  }
   client.ModelInferAsync(&call->context, request, &call->response,
                          [call](grpc::Status status) { call->Finish(status); });
 }
@@ -213,19 +235,22 @@ void KServeRequestSender::Dispatch(ConvServeClient& client, int slot, absl::Time
          InferOutput output;
          output.shape.assign(response->outputs(0).shape().begin(),
                              response->outputs(0).shape().end());
-         if (response->raw_output_contents_size() == 1) {
+         const int raw = response->raw_output_contents_size();
+         if (slot < 0 && raw == 1) {
            output.bytes = std::move(*response->mutable_raw_output_contents(0));
            output.byte_size = static_cast<int64_t>(output.bytes.size());
-         } else if (slot >= 0 && response->raw_output_contents_size() == 0) {
-           // In the slot; as big as its shape says.
+         } else if (slot >= 0 && (raw == 0 || (raw == 1 && response->raw_output_contents(0).empty()))) {
+           // In the slot (Triton's servers send an empty raw entry beside
+           // it); as big as its shape says.
            output.byte_size = ElementSize(data_type_);
            for (int64_t d : output.shape) output.byte_size *= d;
            output.slot = std::move(held);
          } else {
            held.reset();
            done(absl::InternalError(absl::StrCat(
-                    "ModelInfer response has ", response->raw_output_contents_size(),
-                    " raw_output_contents; expected ", slot >= 0 ? "0 or 1" : "1")),
+                    "ModelInfer response has ", raw, " raw_output_contents",
+                    slot >= 0 ? " with bytes in them; expected the output in its region"
+                              : "; expected 1")),
                 nullptr);
            return;
          }

@@ -25,12 +25,14 @@
 #include "client/load_session.h"
 #include "client/signal_cleanup.h"
 #include "client/tensor_summary.h"
+#include "engine/runtime/malloc_tuning.h"
 
 ABSL_FLAG(std::string, server, "localhost:8001",
           "host:port, a comma-separated list (requests round-robin), or a gRPC target such as "
           "dns:///name:port (round_robin over what it resolves to)");
 ABSL_FLAG(std::string, graph_file, "",
-          "graph definition to load (protobuf text format, or JSON if it ends in .json)");
+          "graph definition to load (protobuf text format, JSON if it ends in .json, binary "
+          "GraphDef if it ends in .pb or .binpb)");
 ABSL_FLAG(std::string, graph, "", "an already loaded graph to use (name or id)");
 ABSL_FLAG(uint64_t, seed, 1, "seed for weights the graph file leaves empty");
 ABSL_FLAG(bool, fill_bias, true, "also fill empty biases from --seed");
@@ -77,6 +79,18 @@ ABSL_FLAG(int, verify_every, 10, "with --verify: check every n-th response (and 
 ABSL_FLAG(double, max_error_ratio, 0, "fail when more than this fraction of requests fail");
 ABSL_FLAG(std::string, csv, "", "write one CSV row per level to this file");
 ABSL_FLAG(std::string, json, "", "write the whole result as JSON to this file");
+ABSL_FLAG(bool, tls, false,
+          "connect with TLS (implied by the --tls_* files); the server's certificate must chain "
+          "to --tls_ca_file, or to the system's roots without it");
+ABSL_FLAG(std::string, tls_ca_file, "", "PEM CA certificate(s) that sign the servers' certificates");
+ABSL_FLAG(std::string, tls_cert_file, "",
+          "PEM client certificate, for servers that require one (mTLS); with --tls_key_file");
+ABSL_FLAG(std::string, tls_key_file, "", "PEM private key of --tls_cert_file");
+ABSL_FLAG(std::string, tls_server_name, "",
+          "name to check the servers' certificates against instead of the host in --server");
+ABSL_FLAG(std::string, graph_management_token_file, "",
+          "file with the token of a server started with --graph_management=token; sent as "
+          "'authorization: Bearer <token>' when loading and unloading the graph");
 ABSL_FLAG(bool, progress, false, "print a progress line to stderr (default: when it is a TTY)");
 
 namespace convserve {
@@ -146,6 +160,17 @@ absl::StatusOr<LoadSessionOptions> SessionOptionsFromFlags(const LoadOptions* lo
   options.timeout = absl::GetFlag(FLAGS_timeout);
   options.wait_for_server = absl::Seconds(absl::GetFlag(FLAGS_wait_for_server));
   options.verify = absl::GetFlag(FLAGS_verify);
+  absl::StatusOr<ClientTlsOptions> tls = ClientTlsFromFiles(
+      absl::GetFlag(FLAGS_tls), absl::GetFlag(FLAGS_tls_ca_file), absl::GetFlag(FLAGS_tls_cert_file),
+      absl::GetFlag(FLAGS_tls_key_file), absl::GetFlag(FLAGS_tls_server_name));
+  if (!tls.ok()) return tls.status();
+  options.tls = *std::move(tls);
+  if (!absl::GetFlag(FLAGS_graph_management_token_file).empty()) {
+    absl::StatusOr<std::string> token =
+        ReadTokenFile(absl::GetFlag(FLAGS_graph_management_token_file));
+    if (!token.ok()) return token.status();
+    options.graph_management_token = *std::move(token);
+  }
   return options;
 }
 
@@ -335,6 +360,7 @@ int main(int argc, char** argv) {
   usage_config.contains_helpshort_flags = usage_config.contains_help_flags;
   absl::SetFlagsUsageConfig(usage_config);
   absl::ParseCommandLine(argc, argv);
+  convserve::KeepFreedBlocksForReuse();  // before any thread starts (malloc_tuning.h)
   // Line by line into a pipe or log too: a reader sees the setup as it
   // happens, and an interrupted run (which ends in _exit) loses no line.
   std::setvbuf(stdout, nullptr, _IOLBF, 0);

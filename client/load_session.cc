@@ -117,6 +117,8 @@ absl::StatusOr<std::unique_ptr<LoadSession>> LoadSession::Create(
   }
   ClientOptions client_options;
   client_options.timeout = absl::ToChronoMilliseconds(options.timeout);
+  client_options.tls = options.tls;
+  client_options.graph_management_token = options.graph_management_token;
   absl::StatusOr<std::unique_ptr<ServerPool>> pool =
       ServerPool::Create(options.servers, client_options);
   if (!pool.ok()) return pool.status();

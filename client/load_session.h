@@ -17,6 +17,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "client/channel_credentials.h"
 #include "client/infer_request_sender.h"
 #include "client/output_verifier.h"
 #include "client/server_pool.h"
@@ -58,6 +59,10 @@ struct LoadSessionOptions {
   absl::Duration wait_for_server = absl::ZeroDuration();
   // Build the CPU reference for output checks (needs graph_file).
   bool verify = false;
+  // TLS or mutual TLS to every server.
+  ClientTlsOptions tls;
+  // Sent with LoadGraph and UnloadGraph; empty for none.
+  std::string graph_management_token;
 };
 
 // Every inference request of the session, probe and load alike.

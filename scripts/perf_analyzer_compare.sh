@@ -61,15 +61,22 @@ PY
 echo "model $model, KServe input shape [$kserve_shape], output $output_bytes bytes" | tee "$out/model.txt"
 
 # pa NAME CONCURRENCY EXTRA_FLAGS...: perf_analyzer, one level, CSV in $out.
-pa() {
-  local name=$1 concurrency=$2
+# perf_analyzer keeps a copy of every request's input and output tensors
+# and copies them again each window; with tensors in the messages at high
+# rates that grows until the host runs out of memory (its issue #84), so its
+# address space is capped: such a run ends with an allocation failure.
+pa() (
+  name=$1 concurrency=$2
   shift 2
+  ulimit -v $((24 << 20))  # KiB: 24 GiB, in this function's subshell only
   timeout 300 "$pa" -m "$model" -i grpc -u 127.0.0.1:$port --shape "input:$kserve_shape" \
     --concurrency-range "$concurrency" --measurement-interval "$window_ms" \
     --stability-percentage 20 --max-trials 6 -f "$out/pa_$name.csv" "$@" \
     > "$out/pa_$name.log" 2>&1
-  echo "perf_analyzer $name rc=$?"
-}
+  rc=$?
+  echo "perf_analyzer $name rc=$rc"
+  if [ $rc -ne 0 ]; then tail -3 "$out/pa_$name.log" | sed 's/^/    /'; fi
+)
 # cl NAME CONCURRENCY EXTRA_FLAGS...: convserve-load, the same level.
 cl() {
   local name=$1 concurrency=$2
@@ -123,6 +130,6 @@ for r in rows:
             r["tool"], r["transport"], r["concurrency"], r["rps"], r["p50"], r["p90"], r["p99"]))
 PY
 echo "--- perf_analyzer's own summary (server-side figures come from ModelStatistics)"
-for f in "$out"/pa_*.log; do echo "== $(basename "$f")"; sed -n '/Client:/,/Server:/p;/Inferences\/Second vs/,$p' "$f"; done
+for f in "$out"/pa_*.log; do echo "== $(basename "$f")"; sed -n '/Client:/,$p' "$f"; done
 echo "--- convserve-load's own tables"
 for f in "$out"/cl_*.log; do echo "== $(basename "$f")"; grep -A2 "^ *concurrency " "$f"; done

@@ -30,6 +30,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-grpcio python3-protobuf python3-venv
   prometheus curl python3-yaml yamllint docker-compose
+  openssl
 )
 
 # The test venv's packages, every one pinned (tritonclient's dependencies

@@ -91,7 +91,7 @@ absl::StatusOr<RunnerChoice> MakeGpu(const BackendConfig& config) {
   options.testing_fault_graph = config.testing_fault_graph;
   options.testing_fault_candidate_rank = config.testing_fault_candidate_rank;
   ASSIGN_OR_RETURN(std::unique_ptr<DevicePool> pool, DevicePool::Create(options));
-  return RunnerChoice{std::move(pool), "serving on GPU"};
+  return RunnerChoice{std::move(pool), "serving on GPU", /*gpu=*/true};
 }
 #endif
 

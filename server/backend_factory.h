@@ -62,6 +62,8 @@ struct RunnerChoice {
   std::unique_ptr<RequestRunner> runner;
   // Why this runner was chosen, for the start-up log.
   std::string reason;
+  // True when it serves on GPUs (per-backend defaults, e.g. --max_request_flops).
+  bool gpu = false;
 };
 
 // auto takes the GPU device pool when the build has it and a GPU is present,

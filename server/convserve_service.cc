@@ -26,6 +26,8 @@ absl::Status RequireGraphName(const std::string& graph) {
 grpc::ServerUnaryReactor* ConvServeService::LoadGraph(grpc::CallbackServerContext* context,
                                                       const v1::LoadGraphRequest* request,
                                                       v1::LoadGraphResponse* response) {
+  absl::Status allowed = management_->Authorize(context->client_metadata(), "LoadGraph");
+  if (!allowed.ok()) return Finish(context, allowed);
   if (!request->has_graph()) return Finish(context, absl::InvalidArgumentError("graph is required"));
   // The request is ours until Finish; moving the weights out avoids a copy.
   auto* graph = const_cast<v1::LoadGraphRequest*>(request)->mutable_graph();
@@ -46,7 +48,8 @@ grpc::ServerUnaryReactor* ConvServeService::LoadGraph(grpc::CallbackServerContex
 grpc::ServerUnaryReactor* ConvServeService::UnloadGraph(grpc::CallbackServerContext* context,
                                                         const v1::UnloadGraphRequest* request,
                                                         v1::UnloadGraphResponse* /*response*/) {
-  absl::Status status = RequireGraphName(request->graph());
+  absl::Status status = management_->Authorize(context->client_metadata(), "UnloadGraph");
+  if (status.ok()) status = RequireGraphName(request->graph());
   if (status.ok()) status = core_->UnloadGraph(request->graph());
   return Finish(context, status);
 }

@@ -4,6 +4,7 @@
 #define CONVSERVE_SERVER_CONVSERVE_SERVICE_H_
 
 #include "convserve/v1/convserve.grpc.pb.h"
+#include "server/graph_management_policy.h"
 #include "server/inference_core.h"
 #include "server/server_metrics.h"
 
@@ -16,9 +17,11 @@ using ConvServeServiceBase =
 
 class ConvServeService final : public ConvServeServiceBase {
  public:
-  // `core` and `metrics` outlive the service.
-  ConvServeService(InferenceCore* core, ServerMetrics* metrics)
-      : core_(core), metrics_(metrics) {}
+  // `core`, `metrics` and `management` outlive the service; `management`
+  // decides who may call LoadGraph and UnloadGraph.
+  ConvServeService(InferenceCore* core, ServerMetrics* metrics,
+                   const GraphManagementPolicy* management)
+      : core_(core), metrics_(metrics), management_(management) {}
 
   grpc::ServerUnaryReactor* LoadGraph(grpc::CallbackServerContext* context,
                                       const v1::LoadGraphRequest* request,
@@ -42,6 +45,7 @@ class ConvServeService final : public ConvServeServiceBase {
  private:
   InferenceCore* const core_;
   ServerMetrics* const metrics_;
+  const GraphManagementPolicy* const management_;
 };
 
 }  // namespace convserve

@@ -2,7 +2,6 @@
 
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
-#include <grpcpp/security/server_credentials.h>
 #include <grpcpp/server_builder.h>
 
 #include "absl/strings/str_cat.h"
@@ -19,10 +18,36 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(const GrpcServerOp
   absl::StatusOr<std::unique_ptr<ServerMetrics>> metrics =
       ServerMetrics::Create(options.metrics, core);
   if (!metrics.ok()) return metrics.status();
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
+      MakeServerCredentials(options.tls);
+  if (!credentials.ok()) return credentials.status();
+  ServerMetrics* refusal_metrics = metrics->get();
+  absl::StatusOr<std::unique_ptr<GraphManagementPolicy>> management =
+      GraphManagementPolicy::Create(
+          options.graph_management,
+          [refusal_metrics](absl::string_view rpc, absl::string_view reason) {
+            refusal_metrics->GraphManagementRefused(rpc, reason);
+          });
+  if (!management.ok()) return management.status();
+  std::unique_ptr<GraphRepository> repository;
+  if (!options.graph_dir.empty()) {
+    absl::StatusOr<std::unique_ptr<GraphRepository>> opened =
+        GraphRepository::Create(options.graph_dir);
+    if (!opened.ok()) return opened.status();
+    // Before the port opens: a ready server has all its graphs.
+    absl::Status loaded = (*opened)->LoadAll(core);
+    if (!loaded.ok()) return loaded;
+    repository = *std::move(opened);
+  }
+  if ((*management)->mode() == GraphManagementMode::kToken && !TlsEnabled(options.tls)) {
+    spdlog::warn("--graph_management=token without TLS: the token crosses the network in "
+                 "plain text; set --tls_cert_file and --tls_key_file");
+  }
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   std::unique_ptr<GrpcServer> server(
-      new GrpcServer(core, *std::move(metrics), options.shared_memory));
+      new GrpcServer(core, *std::move(metrics), options.shared_memory, *std::move(management),
+                     std::move(repository)));
   ServerMetrics* raw_metrics = server->metrics_.get();
   core->set_plan_build_observer(
       [raw_metrics](const PlanBuildEvent& event) { raw_metrics->PlanBuilt(event); });
@@ -38,8 +63,7 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(const GrpcServerOp
     if (options.on_no_healthy_device) options.on_no_healthy_device();
   });
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(options.listen_address, grpc::InsecureServerCredentials(),
-                           &server->port_);
+  builder.AddListeningPort(options.listen_address, *credentials, &server->port_);
   builder.SetMaxReceiveMessageSize(options.max_message_bytes);
   builder.SetMaxSendMessageSize(options.max_message_bytes);
   builder.RegisterService(&server->convserve_);

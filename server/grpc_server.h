@@ -13,10 +13,13 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "server/convserve_service.h"
+#include "server/graph_management_policy.h"
+#include "server/graph_repository.h"
 #include "server/inference_core.h"
 #include "server/kserve_service.h"
 #include "server/server_metrics.h"
 #include "server/shared_memory_registry.h"
+#include "server/tls_credentials.h"
 
 namespace convserve {
 
@@ -25,6 +28,13 @@ struct GrpcServerOptions {
   std::string listen_address = "0.0.0.0:8001";
   // Largest request or response message in bytes.
   int max_message_bytes = 256 << 20;
+  // TLS or mutual TLS on the port; plain text by default.
+  ServerTlsOptions tls;
+  // Who may load and unload graphs over gRPC.
+  GraphManagementOptions graph_management;
+  // Directory of graph files loaded before the port opens, from which
+  // RepositoryModelLoad can load them again; empty for none.
+  std::string graph_dir;
   // Prometheus /metrics endpoint and graph-label bound.
   ServerMetricsOptions metrics;
   // Bounds of the KServe shared-memory regions.
@@ -37,7 +47,9 @@ struct GrpcServerOptions {
 
 class GrpcServer {
  public:
-  // Binds and starts serving. UNAVAILABLE when the address cannot be bound.
+  // Loads the graph directory, binds and starts serving. UNAVAILABLE when
+  // the address cannot be bound; a bad TLS file, token file or graph file
+  // fails the start with its own error.
   static absl::StatusOr<std::unique_ptr<GrpcServer>> Start(const GrpcServerOptions& options,
                                                            InferenceCore* core);
   ~GrpcServer();
@@ -46,21 +58,32 @@ class GrpcServer {
   int port() const { return port_; }
   ServerMetrics& metrics() { return *metrics_; }
 
+  // SIGHUP: re-reads the graph management token file (the TLS files are
+  // re-read on their own, every tls.reload_interval_seconds). On error the
+  // old token stays in force.
+  absl::Status Reload() { return management_->ReloadToken(); }
+
   // Graceful stop: health turns NOT_SERVING, new requests are refused,
   // accepted ones finish, then calls still open after `grace` are cancelled.
   void Shutdown(absl::Duration grace);
 
  private:
   GrpcServer(InferenceCore* core, std::unique_ptr<ServerMetrics> metrics,
-             const SharedMemoryLimits& shared_memory_limits)
+             const SharedMemoryLimits& shared_memory_limits,
+             std::unique_ptr<GraphManagementPolicy> management,
+             std::unique_ptr<GraphRepository> repository)
       : core_(core),
         metrics_(std::move(metrics)),
+        management_(std::move(management)),
+        repository_(std::move(repository)),
         shared_memory_(core->mutable_runner(), shared_memory_limits),
-        convserve_(core, metrics_.get()),
-        kserve_(core, metrics_.get(), &shared_memory_) {}
+        convserve_(core, metrics_.get(), management_.get()),
+        kserve_(core, metrics_.get(), &shared_memory_, management_.get(), repository_.get()) {}
 
   InferenceCore* const core_;  // owned by the caller of Start
   const std::unique_ptr<ServerMetrics> metrics_;
+  const std::unique_ptr<GraphManagementPolicy> management_;
+  const std::unique_ptr<GraphRepository> repository_;  // null without a graph directory
   SharedMemoryRegistry shared_memory_;
   ConvServeService convserve_;
   KServeService kserve_;

@@ -22,5 +22,6 @@ target_include_directories(convserve_health_proto PUBLIC ${PROTO_OUT})
 target_link_libraries(convserve_health_proto PUBLIC protobuf::libprotobuf gRPC::grpc++)
 
 add_executable(convserve-health server/health_probe_main.cc)
-target_link_libraries(convserve-health PRIVATE convserve_health_proto absl::flags absl::flags_parse
+target_link_libraries(convserve-health PRIVATE convserve_health_proto
+  convserve_channel_credentials absl::flags absl::flags_parse
   absl::status absl::strings)

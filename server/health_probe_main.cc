@@ -1,6 +1,6 @@
 // convserve-health: asks a server's grpc.health.v1.Health/Check once (or until
 // it answers SERVING, with --wait_seconds) and exits 0 when it is SERVING, 1
-// otherwise. Made for container HEALTHCHECKs and scripts, so the runtime image
+// otherwise (2 for unusable flags). Made for container HEALTHCHECKs and scripts, so the runtime image
 // needs no Python or grpcurl.
 #include <chrono>
 #include <cstdio>
@@ -16,6 +16,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "client/channel_credentials.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 
 ABSL_FLAG(std::string, server, "localhost:8001", "server address host:port");
@@ -26,6 +27,15 @@ ABSL_FLAG(double, timeout_seconds, 2, "deadline of each Check call");
 ABSL_FLAG(double, wait_seconds, 0,
           "keep asking (every 200 ms) until SERVING or this many seconds have passed; 0 asks once");
 ABSL_FLAG(bool, quiet, false, "print nothing; the exit code says it all");
+ABSL_FLAG(bool, tls, false,
+          "connect with TLS (implied by the --tls_* files); the server's certificate must chain "
+          "to --tls_ca_file, or to the system's roots without it");
+ABSL_FLAG(std::string, tls_ca_file, "", "PEM CA certificate(s) that sign the server's certificate");
+ABSL_FLAG(std::string, tls_cert_file, "",
+          "PEM client certificate, for a server that requires one (mTLS); with --tls_key_file");
+ABSL_FLAG(std::string, tls_key_file, "", "PEM private key of --tls_cert_file");
+ABSL_FLAG(std::string, tls_server_name, "",
+          "name to check the server's certificate against instead of --server's host");
 
 namespace convserve {
 namespace {
@@ -62,6 +72,13 @@ int Run() {
   const std::string address = absl::GetFlag(FLAGS_server);
   const std::string service = absl::GetFlag(FLAGS_service);
   const double timeout_seconds = absl::GetFlag(FLAGS_timeout_seconds);
+  const absl::StatusOr<ClientTlsOptions> tls = ClientTlsFromFiles(
+      absl::GetFlag(FLAGS_tls), absl::GetFlag(FLAGS_tls_ca_file), absl::GetFlag(FLAGS_tls_cert_file),
+      absl::GetFlag(FLAGS_tls_key_file), absl::GetFlag(FLAGS_tls_server_name));
+  if (!tls.ok()) {
+    std::fprintf(stderr, "convserve-health: %s\n", tls.status().ToString().c_str());
+    return 2;
+  }
   const auto give_up = std::chrono::steady_clock::now() +
                        std::chrono::milliseconds(
                            static_cast<int64_t>(absl::GetFlag(FLAGS_wait_seconds) * 1000));
@@ -72,8 +89,9 @@ int Run() {
   const auto check = [&](std::string* text) {
     grpc::ChannelArguments channel_args;
     channel_args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-    auto stub = Health::NewStub(
-        grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), channel_args));
+    std::shared_ptr<grpc::ChannelCredentials> credentials =
+        MakeChannelCredentials(*tls, &channel_args);
+    auto stub = Health::NewStub(grpc::CreateCustomChannel(address, credentials, channel_args));
     return CheckOnce(*stub, service, timeout_seconds, text);
   };
   std::string text;

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "engine/compute_cost.h"
 #include "engine/runtime/backend_runner.h"
 #include "engine/status_macros.h"
 #include "spdlog/spdlog.h"
@@ -161,6 +162,13 @@ void InferenceCore::Infer(InferCall call) {
     return;
   }
   call.layer_outputs = *std::move(shapes);
+  absl::Status affordable =
+      CheckRequestFlops(*call.graph, call.input_shape,
+                        RequestFlops(*call.graph, call.layer_outputs), options_.max_request_flops);
+  if (!affordable.ok()) {
+    call.done(affordable, {}, {});
+    return;
+  }
   const size_t element = DTypeSize(call.graph->spec().dtype);
   const size_t expected = NumElements(call.input_shape) * element;
   const size_t given = call.input_memory ? call.input_memory->bytes : call.input.size();

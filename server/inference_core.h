@@ -35,6 +35,9 @@ struct InferenceCoreOptions {
   // Dynamic batching of a graph whose LoadGraph does not say (the server's
   // flags); max_batch_size 0 is off.
   DynamicBatchingOptions default_batching;
+  // Floating-point operations one request may cost (engine/compute_cost.h);
+  // a costlier one is INVALID_ARGUMENT before it queues. 0: no limit.
+  double max_request_flops = 0;
 };
 
 class InferenceCore {

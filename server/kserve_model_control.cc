@@ -1,5 +1,6 @@
 // KServeService: Triton's model configuration, statistics and model
 // repository extensions, and the trace and logging ones it does not serve.
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "server/grpc_status.h"
@@ -71,12 +72,26 @@ grpc::ServerUnaryReactor* KServeService::RepositoryIndex(
     inference::RepositoryIndexResponse* response) {
   absl::Status status = CheckRepositoryName(request->repository_name());
   if (!status.ok()) return Finish(context, status);
-  // Every listed graph is loaded, so ready: `ready` filters nothing out.
+  absl::flat_hash_set<std::string> loaded;
   for (const std::shared_ptr<const Graph>& graph : core_->ListGraphs()) {
     inference::RepositoryIndexResponse::ModelIndex* model = response->add_models();
     model->set_name(graph->name());
     model->set_version("1");
     model->set_state("READY");
+    loaded.insert(graph->name());
+  }
+  // The graph directory's graphs that are not loaded, as Triton lists the
+  // unloaded models of its repository (unless only ready ones are asked for).
+  if (repository_ != nullptr && !request->ready()) {
+    absl::StatusOr<std::vector<std::string>> names = repository_->List();
+    if (!names.ok()) return Finish(context, names.status());
+    for (const std::string& name : *names) {
+      if (loaded.contains(name)) continue;
+      inference::RepositoryIndexResponse::ModelIndex* model = response->add_models();
+      model->set_name(name);
+      model->set_state("UNAVAILABLE");
+      model->set_reason("unloaded");
+    }
   }
   return Finish(context, absl::OkStatus());
 }
@@ -84,7 +99,8 @@ grpc::ServerUnaryReactor* KServeService::RepositoryIndex(
 grpc::ServerUnaryReactor* KServeService::RepositoryModelLoad(
     grpc::CallbackServerContext* context, const inference::RepositoryModelLoadRequest* request,
     inference::RepositoryModelLoadResponse*) {
-  absl::Status status = CheckRepositoryName(request->repository_name());
+  absl::Status status = management_->Authorize(context->client_metadata(), "RepositoryModelLoad");
+  if (status.ok()) status = CheckRepositoryName(request->repository_name());
   if (!status.ok()) return Finish(context, status);
   const std::string& name = request->model_name();
   if (name.empty()) return Finish(context, absl::InvalidArgumentError("model_name is required"));
@@ -94,8 +110,21 @@ grpc::ServerUnaryReactor* KServeService::RepositoryModelLoad(
                     absl::UnimplementedError(absl::StrCat(
                         "loading model '", name, "' from parameter '", key,
                         "' is not supported: convserve loads graphs (convserve.v1.GraphDef), "
-                        "not Triton model files; register the graph with "
-                        "convserve.v1.ConvServe/LoadGraph, e.g. convserve-load --graph_file=FILE")));
+                        "not Triton model files; put the graph in the server's --graph_dir or "
+                        "register it with convserve.v1.ConvServe/LoadGraph, e.g. convserve-load "
+                        "--graph_file=FILE")));
+    }
+  }
+  if (repository_ != nullptr) {
+    absl::StatusOr<GraphSpec> spec = repository_->Read(name);
+    if (spec.ok()) {
+      // Loading the directory's graph again is a no-op; a different graph
+      // under its name stays until it is unloaded (ALREADY_EXISTS says so).
+      absl::StatusOr<GraphRegistry::AddResult> added = core_->LoadGraph(*std::move(spec));
+      return Finish(context, added.status());
+    }
+    if (!absl::IsNotFound(spec.status()) || !core_->FindGraph(name).ok()) {
+      return Finish(context, spec.status());
     }
   }
   // A loaded graph cannot change under its name (a different graph is
@@ -104,15 +133,18 @@ grpc::ServerUnaryReactor* KServeService::RepositoryModelLoad(
   return Finish(context,
                 absl::FailedPreconditionError(absl::StrCat(
                     "model '", name,
-                    "' is not loaded, and convserve-server has no model repository to load it "
-                    "from: register the graph with convserve.v1.ConvServe/LoadGraph, e.g. "
-                    "convserve-load --graph_file=FILE (then load_model of its name succeeds)")));
+                    "' is not loaded, and convserve-server has no graph directory to load it "
+                    "from: start it with --graph_dir, or register the graph with "
+                    "convserve.v1.ConvServe/LoadGraph, e.g. convserve-load --graph_file=FILE "
+                    "(then load_model of its name succeeds)")));
 }
 
 grpc::ServerUnaryReactor* KServeService::RepositoryModelUnload(
     grpc::CallbackServerContext* context, const inference::RepositoryModelUnloadRequest* request,
     inference::RepositoryModelUnloadResponse*) {
-  absl::Status status = CheckRepositoryName(request->repository_name());
+  absl::Status status =
+      management_->Authorize(context->client_metadata(), "RepositoryModelUnload");
+  if (status.ok()) status = CheckRepositoryName(request->repository_name());
   if (!status.ok()) return Finish(context, status);
   absl::StatusOr<std::shared_ptr<const Graph>> graph = FindModel(request->model_name(), "");
   if (!graph.ok()) return Finish(context, graph.status());

@@ -279,7 +279,11 @@ void KServeService::StartInfer(const inference::ModelInferRequest& request,
       for (int64_t d : KServeShape(*model, shape)) output->add_shape(d);
       bytes_out = NumElements(shape) * static_cast<int64_t>(DTypeSize(model->spec().dtype));
       if (output_region) {
-        // As Triton answers: the output's metadata, its bytes in the region.
+        // As Triton answers: the output's metadata, its bytes in the region,
+        // and an empty raw_output_contents entry: Triton's clients (the C++
+        // InferResultGrpc of perf_analyzer) read one entry per output without
+        // checking, and crash on a response that has none.
+        response->add_raw_output_contents();
         auto& parameters = *output->mutable_parameters();
         parameters["shared_memory_region"].set_string_param(output_region->region);
         parameters["shared_memory_byte_size"].set_int64_param(bytes_out);

@@ -9,6 +9,8 @@
 #include <functional>
 
 #include "inference/grpc_predict_v2.grpc.pb.h"
+#include "server/graph_management_policy.h"
+#include "server/graph_repository.h"
 #include "server/inference_core.h"
 #include "server/server_metrics.h"
 #include "server/shared_memory_registry.h"
@@ -22,9 +24,17 @@ using KServeServiceBase = inference::GRPCInferenceService::WithRawCallbackMethod
 
 class KServeService final : public KServeServiceBase {
  public:
-  // `core`, `metrics` and `shared_memory` outlive the service.
-  KServeService(InferenceCore* core, ServerMetrics* metrics, SharedMemoryRegistry* shared_memory)
-      : core_(core), metrics_(metrics), shared_memory_(shared_memory) {}
+  // `core`, `metrics`, `shared_memory`, `management` and `repository`
+  // outlive the service; `management` decides who may call
+  // RepositoryModelLoad and RepositoryModelUnload, `repository` (null when
+  // the server has no --graph_dir) is where RepositoryModelLoad finds graphs.
+  KServeService(InferenceCore* core, ServerMetrics* metrics, SharedMemoryRegistry* shared_memory,
+                const GraphManagementPolicy* management, const GraphRepository* repository)
+      : core_(core),
+        metrics_(metrics),
+        shared_memory_(shared_memory),
+        management_(management),
+        repository_(repository) {}
 
   grpc::ServerUnaryReactor* ServerLive(grpc::CallbackServerContext* context,
                                        const inference::ServerLiveRequest* request,
@@ -70,10 +80,10 @@ class KServeService final : public KServeServiceBase {
       const inference::CudaSharedMemoryUnregisterRequest* request,
       inference::CudaSharedMemoryUnregisterResponse* response) override;
   // Triton's model configuration, statistics and model repository
-  // extensions (server/kserve_model_control.cc). convserve has no model
-  // repository on disk: RepositoryIndex lists the loaded graphs,
-  // RepositoryModelUnload unloads one, RepositoryModelLoad succeeds for a
-  // loaded graph and otherwise says how to load one (FAILED_PRECONDITION).
+  // extensions (server/kserve_model_control.cc). RepositoryIndex lists the
+  // loaded graphs and those of --graph_dir, RepositoryModelUnload unloads
+  // one, RepositoryModelLoad loads one from --graph_dir (a loaded one is a
+  // no-op) and otherwise says how to load one (FAILED_PRECONDITION).
   grpc::ServerUnaryReactor* ModelConfig(grpc::CallbackServerContext* context,
                                         const inference::ModelConfigRequest* request,
                                         inference::ModelConfigResponse* response) override;
@@ -130,6 +140,8 @@ class KServeService final : public KServeServiceBase {
   InferenceCore* const core_;
   ServerMetrics* const metrics_;
   SharedMemoryRegistry* const shared_memory_;
+  const GraphManagementPolicy* const management_;
+  const GraphRepository* const repository_;
 };
 
 }  // namespace convserve

@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -17,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "engine/runtime/malloc_tuning.h"
 #include "server/backend_factory.h"
 #include "server/grpc_server.h"
 #include "server/inference_core.h"
@@ -98,6 +100,36 @@ ABSL_FLAG(int64_t, max_shared_memory_bytes, int64_t{64} << 30,
           "bytes of all registered KServe shared-memory regions together");
 ABSL_FLAG(double, shutdown_grace_seconds, 30,
           "on SIGTERM, how long open calls may take after accepted work is done");
+ABSL_FLAG(std::string, max_request_flops, "auto",
+          "floating-point operations one request may cost, from its shapes (2*N*K*C/groups*R*S*P*Q "
+          "per conv layer, plus bias and activation); a costlier request is INVALID_ARGUMENT. "
+          "auto: 1e14 on GPUs, 1e11 on the CPU backend; 0: no limit; or a number such as 5e12");
+ABSL_FLAG(std::string, tls_cert_file, "",
+          "PEM certificate (chain) of the gRPC port; set with --tls_key_file to serve TLS only "
+          "(plain-text clients are refused); empty serves plain text");
+ABSL_FLAG(std::string, tls_key_file, "", "PEM private key of --tls_cert_file (unencrypted)");
+ABSL_FLAG(std::string, tls_client_ca_file, "",
+          "PEM CA certificate(s) that sign client certificates; a client certificate sent must "
+          "verify against them (mTLS with --tls_require_client_cert)");
+ABSL_FLAG(bool, tls_require_client_cert, false,
+          "mutual TLS: refuse clients without a certificate signed by --tls_client_ca_file");
+ABSL_FLAG(int, tls_reload_interval_seconds, 60,
+          "how often the TLS files are checked for changes; new connections use changed "
+          "certificates, keys and CAs without a restart");
+ABSL_FLAG(std::string, graph_management, "auto",
+          "who may call LoadGraph, UnloadGraph, RepositoryModelLoad and RepositoryModelUnload: "
+          "open (any client), token (clients sending 'authorization: Bearer <token>' with the "
+          "token of --graph_management_token_file), off (nobody; graphs come from --graph_dir). "
+          "auto: token when --graph_management_token_file is set, else off when --graph_dir is "
+          "set, else open");
+ABSL_FLAG(std::string, graph_management_token_file, "",
+          "file holding the graph management token (surrounding whitespace ignored); re-read on "
+          "SIGHUP");
+ABSL_FLAG(std::string, graph_dir, "",
+          "directory of graph files (NAME.pb, NAME.binpb, NAME.textproto, NAME.txtpb or "
+          "NAME.json: a convserve.v1.GraphDef with its weights) loaded before the port opens; "
+          "a graph that fails to load stops the start; KServe RepositoryModelLoad can load them "
+          "again by NAME");
 ABSL_FLAG(std::string, metrics_listen, "0.0.0.0:8002",
           "Prometheus /metrics address (host:port); empty serves no metrics");
 ABSL_FLAG(int, max_metric_graphs, 32,
@@ -110,6 +142,42 @@ namespace {
 // Exit status when the process stops because no GPU can serve (docs/deploy.md).
 constexpr int kExitNoHealthyGpu = 3;
 
+// --max_request_flops=auto: about a second of work or less on one GPU of
+// the sm_80/sm_90 class in float16, and on a many-core CPU for the CPU
+// backend (docs/security.md has the figures).
+constexpr double kAutoMaxRequestFlopsGpu = 1e14;
+constexpr double kAutoMaxRequestFlopsCpu = 1e11;
+
+absl::StatusOr<double> MaxRequestFlops(const std::string& text, bool gpu) {
+  if (text == "auto") return gpu ? kAutoMaxRequestFlopsGpu : kAutoMaxRequestFlopsCpu;
+  double flops = 0;
+  if (!absl::SimpleAtod(text, &flops) || !(flops >= 0) || std::isinf(flops)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--max_request_flops '", text, "' is not auto, 0 (no limit) or a positive number"));
+  }
+  return flops;
+}
+
+absl::StatusOr<GraphManagementOptions> GraphManagementFromFlags() {
+  GraphManagementOptions options;
+  options.token_file = absl::GetFlag(FLAGS_graph_management_token_file);
+  std::string mode = absl::GetFlag(FLAGS_graph_management);
+  if (mode == "auto") {
+    mode = !options.token_file.empty()                ? "token"
+           : !absl::GetFlag(FLAGS_graph_dir).empty() ? "off"
+                                                       : "open";
+  }
+  absl::StatusOr<GraphManagementMode> parsed = ParseGraphManagementMode(mode);
+  if (!parsed.ok()) return parsed.status();
+  options.mode = *parsed;
+  if (options.mode != GraphManagementMode::kToken && !options.token_file.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--graph_management_token_file is set but --graph_management is ", mode,
+        "; use --graph_management=token (or auto)"));
+  }
+  return options;
+}
+
 int Run() {
   const std::string log_level = absl::GetFlag(FLAGS_log_level);
   const spdlog::level::level_enum level = spdlog::level::from_str(log_level);
@@ -120,6 +188,7 @@ int Run() {
     return 2;
   }
   spdlog::set_level(level);
+  spdlog::info("{}", KeepFreedBlocksForReuse());  // before any thread starts
   // Block the stop signals before any thread starts so only sigwait sees them.
   sigset_t stop_signals;
   sigemptyset(&stop_signals);
@@ -127,6 +196,8 @@ int Run() {
   sigaddset(&stop_signals, SIGINT);
   // Raised by the server itself when no GPU serves any more.
   sigaddset(&stop_signals, SIGUSR1);
+  // Reload (the graph management token), not stop.
+  sigaddset(&stop_signals, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
   BackendConfig backend_config;
@@ -191,6 +262,13 @@ int Run() {
                      std::string(valid.message()));
     return 2;
   }
+  absl::StatusOr<double> max_request_flops =
+      MaxRequestFlops(absl::GetFlag(FLAGS_max_request_flops), choice->gpu);
+  if (!max_request_flops.ok()) {
+    spdlog::critical("cannot start: {}", max_request_flops.status().ToString());
+    return 2;
+  }
+  options.max_request_flops = *max_request_flops;
   absl::StatusOr<std::unique_ptr<InferenceCore>> core =
       InferenceCore::Create(options, std::move(choice->runner));
   if (!core.ok()) {
@@ -201,6 +279,18 @@ int Run() {
   GrpcServerOptions server_options;
   server_options.listen_address = absl::GetFlag(FLAGS_listen);
   server_options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
+  server_options.tls.cert_file = absl::GetFlag(FLAGS_tls_cert_file);
+  server_options.tls.key_file = absl::GetFlag(FLAGS_tls_key_file);
+  server_options.tls.client_ca_file = absl::GetFlag(FLAGS_tls_client_ca_file);
+  server_options.tls.require_client_cert = absl::GetFlag(FLAGS_tls_require_client_cert);
+  server_options.tls.reload_interval_seconds = absl::GetFlag(FLAGS_tls_reload_interval_seconds);
+  absl::StatusOr<GraphManagementOptions> management = GraphManagementFromFlags();
+  if (!management.ok()) {
+    spdlog::critical("cannot start: {}", management.status().ToString());
+    return 2;
+  }
+  server_options.graph_management = *management;
+  server_options.graph_dir = absl::GetFlag(FLAGS_graph_dir);
   server_options.metrics.listen_address = absl::GetFlag(FLAGS_metrics_listen);
   server_options.metrics.max_graph_labels = absl::GetFlag(FLAGS_max_metric_graphs);
   server_options.on_no_healthy_device = [] { kill(getpid(), SIGUSR1); };
@@ -212,15 +302,29 @@ int Run() {
     spdlog::critical("cannot start: {}", server.status().ToString());
     return 2;
   }
-  spdlog::info("listening on {} (port {}): convserve.v1.ConvServe, inference.GRPCInferenceService, "
-               "grpc.health.v1, reflection; metrics {}",
+  spdlog::info("listening on {} (port {}, {}): convserve.v1.ConvServe, "
+               "inference.GRPCInferenceService, grpc.health.v1, reflection; graph management {}; "
+               "metrics {}",
                server_options.listen_address, (*server)->port(),
+               !TlsEnabled(server_options.tls)             ? "plain text"
+               : server_options.tls.require_client_cert ? "mutual TLS"
+                                                         : "TLS",
+               GraphManagementModeName(server_options.graph_management.mode),
                (*server)->metrics().port() > 0
                    ? absl::StrCat("on port ", (*server)->metrics().port(), " /metrics")
                    : std::string("off"));
 
   int signal_number = 0;
-  sigwait(&stop_signals, &signal_number);
+  for (sigwait(&stop_signals, &signal_number); signal_number == SIGHUP;
+       sigwait(&stop_signals, &signal_number)) {
+    const absl::Status reloaded = (*server)->Reload();
+    if (reloaded.ok()) {
+      spdlog::info("SIGHUP: graph management token re-read (TLS files are re-read every {} s)",
+                   server_options.tls.reload_interval_seconds);
+    } else {
+      spdlog::error("SIGHUP: {}; the previous token stays in force", reloaded.ToString());
+    }
+  }
   const bool gpu_lost = signal_number == SIGUSR1;
   if (gpu_lost) {
     const double delay = absl::GetFlag(FLAGS_gpu_failure_exit_delay_seconds);

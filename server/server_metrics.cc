@@ -208,11 +208,10 @@ ServerMetrics::ServerMetrics(const ServerMetricsOptions& options, const Inferenc
       histogram("convserve_compute_duration_seconds", "All layers of one request.");
   d2h_seconds_ = histogram("convserve_d2h_duration_seconds",
                            "Device-to-host copy of the output, staging included.");
-  batch_size_ = &prometheus::BuildHistogram()
-                     .Name("convserve_batch_size")
-                     .Help("N of each execution the dynamic batcher formed (the sum of its "
-                           "requests' N), per graph that batches.")
-                     .Register(*registry_);
+  // Its buckets are batch sizes (BatchSizeBuckets), given where it is observed.
+  batch_size_ = histogram("convserve_batch_size",
+                          "N of each execution the dynamic batcher formed (the sum of its "
+                          "requests' N), per graph that batches.");
   batch_delay_seconds_ =
       histogram("convserve_batch_queue_delay_seconds",
                 "Time a request waited in the dynamic batcher before its batch was formed.");
@@ -232,6 +231,21 @@ ServerMetrics::ServerMetrics(const ServerMetricsOptions& options, const Inferenc
                     .Name("convserve_response_bytes_total")
                     .Help("Output tensor bytes sent.")
                     .Register(*registry_);
+  management_refusals_ =
+      &prometheus::BuildCounter()
+           .Name("convserve_graph_management_refusals_total")
+           .Help("LoadGraph, UnloadGraph, RepositoryModelLoad and RepositoryModelUnload calls "
+                 "refused by --graph_management, by call and reason (disabled, missing_token, "
+                 "wrong_token).")
+           .Register(*registry_);
+  // Every series exists from the start at 0, so the first refusal is an
+  // increase (rate() and alerts see it) and the family is always on /metrics.
+  for (const char* rpc : {"LoadGraph", "UnloadGraph", "RepositoryModelLoad",
+                          "RepositoryModelUnload"}) {
+    for (const char* reason : {"disabled", "missing_token", "wrong_token"}) {
+      management_refusals_->Add({{"rpc", rpc}, {"reason", reason}});
+    }
+  }
   inflight_ = &prometheus::BuildGauge()
                    .Name("convserve_inflight_requests")
                    .Help("Inference requests accepted and not yet answered.")
@@ -271,6 +285,11 @@ std::string ServerMetrics::GraphLabel(const std::string& graph) {
     return graph;
   }
   return "_other";
+}
+
+void ServerMetrics::GraphManagementRefused(absl::string_view rpc, absl::string_view reason) {
+  management_refusals_->Add({{"rpc", std::string(rpc)}, {"reason", std::string(reason)}})
+      .Increment();
 }
 
 void ServerMetrics::RequestFinished(const std::string& graph, const std::string& graph_id,

@@ -22,6 +22,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "convserve/v1/convserve.pb.h"
 #include "engine/runtime/infer_call.h"
@@ -65,6 +66,9 @@ class ServerMetrics {
   // or one request): executions and batch sizes for statistics, and the
   // batch-size histogram of graphs that batch.
   void ExecutionFinished(const ExecutionEvent& event);
+  // A graph management call (`rpc`) refused by the policy, and why
+  // (server/graph_management_policy.h).
+  void GraphManagementRefused(absl::string_view rpc, absl::string_view reason);
 
   // Cumulative per-graph counts and durations (convserve.v1 GetStatistics);
   // `graph` empty for all, else a name.
@@ -96,6 +100,7 @@ class ServerMetrics {
   prometheus::Family<prometheus::Counter>* plan_builds_;
   prometheus::Family<prometheus::Counter>* bytes_in_;
   prometheus::Family<prometheus::Counter>* bytes_out_;
+  prometheus::Family<prometheus::Counter>* management_refusals_;
   prometheus::Gauge* inflight_;
 
   mutable absl::Mutex mu_;

@@ -35,9 +35,9 @@ struct WireInferRequest {
 absl::StatusOr<WireInferRequest> ParseModelInferRequest(const grpc::ByteBuffer& bytes,
                                                         const HostAllocator& allocate);
 
-// `response` (its raw_output_contents must be empty) and then, when
-// `output` is set, raw_output_contents = output's bytes, referred to (held)
-// until gRPC has sent them.
+// `response` and then, when `output` is set, raw_output_contents = output's
+// bytes (the header must then hold no raw_output_contents), referred to
+// (held) until gRPC has sent them.
 absl::StatusOr<grpc::ByteBuffer> SerializeModelInferResponse(
     const inference::ModelInferResponse& response, const TensorMemory* output);
 

@@ -1,8 +1,10 @@
 #include "engine/runtime/backend_runner.h"
 
 #include <cstring>
+#include <vector>
 
 #include "absl/time/clock.h"
+#include "engine/runtime/guarded_copy.h"
 #include "engine/status_macros.h"
 #include "spdlog/spdlog.h"
 
@@ -52,20 +54,44 @@ absl::Status BackendRunner::Execute(const InferCall& call, Shape* output_shape,
   if (device_memory) {
     return absl::FailedPreconditionError("CUDA shared memory needs the GPU backend");
   }
-  // Written in place: into the response message, or into a (host) region.
+  // A client's region is only read and written by one guarded copy each
+  // (guarded_copy.h): the layers run on pool threads, where a region
+  // truncated under them would raise SIGBUS unguarded.
+  const bool input_in_region = call.input_memory && call.input_memory->shared_region;
+  const bool output_in_region = call.output_memory && call.output_memory->shared_region;
+  std::vector<uint8_t> input_copy, output_copy;
+  absl::Span<const uint8_t> input = call.input;
+  if (input_in_region) {
+    start = absl::Now();
+    input_copy.resize(call.input.size());
+    RETURN_IF_ERROR(CopyGuarded(input_copy.data(), call.input.data(), input_copy.size()));
+    input = input_copy;
+    timings->h2d = absl::ToDoubleSeconds(absl::Now() - start);
+  }
+  // Written in place: into the response message or a buffer of the server's.
   uint8_t* out = nullptr;
   if (call.output_memory) {
     if (call.output_memory->bytes != bytes) {
       return absl::InternalError("the output region's size does not match the output");
     }
-    out = call.output_memory->data;
+    if (output_in_region) {
+      output_copy.resize(bytes);
+      out = output_copy.data();
+    } else {
+      out = call.output_memory->data;
+    }
   } else {
     call.output->resize(bytes);
     out = reinterpret_cast<uint8_t*>(call.output->data());
   }
   start = absl::Now();
-  absl::Status status = executable->Run(call.input, absl::MakeSpan(out, bytes), call.cancelled);
+  absl::Status status = executable->Run(input, absl::MakeSpan(out, bytes), call.cancelled);
   timings->compute = absl::ToDoubleSeconds(absl::Now() - start);
+  if (status.ok() && output_in_region) {
+    start = absl::Now();
+    status = CopyGuarded(call.output_memory->data, out, bytes);
+    timings->d2h = absl::ToDoubleSeconds(absl::Now() - start);
+  }
   if (!status.ok()) {
     if (call.output != nullptr) call.output->clear();  // never a partial result
     return status;
@@ -157,6 +183,9 @@ void BackendRunner::RunBatch(InferBatch& batch, double queue_seconds) {
     joined_out = AllocateHostBuffer(NumElements((*executable)->output_shape()) * element);
     status = joined_out.status();
   }
+  // Calls whose own copy in or out failed (a client's region truncated
+  // under it): answered with that error; their slice is computed and dropped.
+  std::vector<absl::Status> copied(batch.calls.size());
   if (status.ok()) {
     start = absl::Now();
     size_t offset = 0;
@@ -164,7 +193,11 @@ void BackendRunner::RunBatch(InferBatch& batch, double queue_seconds) {
       const InferCall& call = batch.calls[i];
       const uint8_t* source = call.input_memory ? call.input_memory->data : call.input.data();
       const size_t bytes = NumElements(call.input_shape) * element;
-      std::memcpy(joined_in->data + offset, source, bytes);
+      if (call.input_memory && call.input_memory->shared_region) {
+        copied[i] = CopyGuarded(joined_in->data + offset, source, bytes);
+      } else {
+        std::memcpy(joined_in->data + offset, source, bytes);
+      }
       offset += bytes;
     }
     shared.h2d = absl::ToDoubleSeconds(absl::Now() - start);
@@ -200,15 +233,16 @@ void BackendRunner::RunBatch(InferBatch& batch, double queue_seconds) {
     InferCall& call = batch.calls[i];
     const Shape& output_shape = call.layer_outputs.back();
     const size_t bytes = NumElements(output_shape) * element;
-    uint8_t* target = nullptr;
-    if (call.output_memory) {
-      target = call.output_memory->data;
-    } else {
-      call.output->resize(bytes);
-      target = reinterpret_cast<uint8_t*>(call.output->data());
-    }
-    std::memcpy(target, joined_out->data + offset, bytes);
+    const uint8_t* slice = joined_out->data + offset;
     offset += bytes;
+    if (!copied[i].ok()) continue;
+    if (call.output_memory && call.output_memory->shared_region) {
+      copied[i] = CopyGuarded(call.output_memory->data, slice, bytes);
+    } else if (call.output_memory) {
+      std::memcpy(call.output_memory->data, slice, bytes);
+    } else {
+      call.output->assign(reinterpret_cast<const char*>(slice), bytes);
+    }
   }
   shared.d2h = absl::ToDoubleSeconds(absl::Now() - start);
   shared.batch_size = input_shape[0];
@@ -218,15 +252,23 @@ void BackendRunner::RunBatch(InferBatch& batch, double queue_seconds) {
   event.batched = true;
   event.batch_size = input_shape[0];
   event.requests = static_cast<int>(live.size());
-  event.succeeded = event.requests;
-  event.succeeded_batch = input_shape[0];
+  for (size_t i : live) {
+    if (!copied[i].ok()) continue;
+    ++event.succeeded;
+    event.succeeded_batch += batch.calls[i].input_shape[0];
+  }
   event.timings = shared;
-  ReportExecution(event);
+  if (event.succeeded > 0) ReportExecution(event);
   for (size_t i : live) {
     InferTimings t = shared;
     t.queue = timings[i].queue;
     t.batch_delay = timings[i].batch_delay;
-    batch.calls[i].done(absl::OkStatus(), batch.calls[i].layer_outputs.back(), t);
+    if (copied[i].ok()) {
+      batch.calls[i].done(absl::OkStatus(), batch.calls[i].layer_outputs.back(), t);
+    } else {
+      t.batch_size = 0;
+      batch.calls[i].done(copied[i], {}, t);
+    }
   }
 }
 

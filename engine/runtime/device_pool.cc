@@ -18,6 +18,7 @@
 #include "engine/cudnn/cudnn_backend.h"
 #include "engine/cudnn/cudnn_status.h"
 #include "engine/cudnn/probe_buffers.h"
+#include "engine/runtime/guarded_copy.h"
 #include "engine/runtime/layer_segments.h"
 #include "engine/runtime/prober_protocol.h"
 #include "engine/status_macros.h"
@@ -1090,8 +1091,14 @@ absl::Status DevicePool::Execute(Device& device, Worker& worker, Task& task,
     const InferCall& call = task.calls[i];
     if (!Direct(call.input_memory)) {
       // Host copy: the request's bytes into pinned staging, so the copy to
-      // the GPU is a true async DMA.
-      std::memcpy(staging_in + in_offset[i], call.input.data(), call_in_bytes[i]);
+      // the GPU is a true async DMA. A client's region that was not page-
+      // locked is read by a guarded copy (it may have been truncated): a
+      // failure fails that call alone.
+      if (call.input_memory && call.input_memory->shared_region) {
+        (*results)[i] = CopyGuarded(staging_in + in_offset[i], call.input.data(), call_in_bytes[i]);
+      } else {
+        std::memcpy(staging_in + in_offset[i], call.input.data(), call_in_bytes[i]);
+      }
     }
   }
   const double stage_in = Seconds(absl::Now() - start);
@@ -1184,14 +1191,13 @@ absl::Status DevicePool::Execute(Device& device, Worker& worker, Task& task,
     InferCall& call = task.calls[i];
     if (!(*results)[i].ok() || Direct(call.output_memory)) continue;
     // Host copy: pinned staging into the response message or the region.
-    uint8_t* target = nullptr;
     if (call.output_memory) {
-      target = call.output_memory->data;
+      (*results)[i] = CopyGuarded(call.output_memory->data, staging_out + out_offset[i],
+                                  call_out_bytes[i]);
     } else {
       call.output->resize(call_out_bytes[i]);
-      target = reinterpret_cast<uint8_t*>(call.output->data());
+      std::memcpy(call.output->data(), staging_out + out_offset[i], call_out_bytes[i]);
     }
-    std::memcpy(target, staging_out + out_offset[i], call_out_bytes[i]);
   }
   const double stage_out = Seconds(absl::Now() - start);
   ASSIGN_OR_RETURN(double h2d, ElapsedSeconds(worker.events[0], worker.events[1]));

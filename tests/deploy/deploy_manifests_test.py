@@ -425,6 +425,49 @@ class PlanCacheVolumeTest(unittest.TestCase):
                          "the image's path is the one mounted")
 
 
+class TlsOverlayTest(unittest.TestCase):
+    """deploy/k8s-tls: every file the server flags and the probes name lies
+    in a mounted Secret, and the kubelet's plain-text gRPC probes are gone."""
+
+    def setUp(self):
+        self.patch = load_one(source("deploy", "k8s-tls", "deployment-tls.yaml"))
+        self.kustomization = load_one(source("deploy", "k8s-tls", "kustomization.yaml"))
+        pod = self.patch["spec"]["template"]["spec"]
+        self.container = only({"c": pod["containers"]}, "c")
+        secrets = {v["name"] for v in pod["volumes"] if "secret" in v}
+        self.mounts = [m["mountPath"] for m in self.container["volumeMounts"]
+                       if m["name"] in secrets]
+
+    def mounted(self, path):
+        return any(path.startswith(m.rstrip("/") + "/") for m in self.mounts)
+
+    def test_overlay_patches_the_base(self):
+        self.assertEqual(self.kustomization["resources"], ["../k8s"])
+        self.assertEqual([p["path"] for p in self.kustomization["patches"]],
+                         ["deployment-tls.yaml"])
+        self.assertEqual(self.patch["metadata"]["name"],
+                         only(k8s_documents(), "Deployment")["metadata"]["name"])
+
+    def test_flag_files_are_mounted(self):
+        env = env_of(self.container)
+        for name in ("CONVSERVE_TLS_CERT_FILE", "CONVSERVE_TLS_KEY_FILE",
+                     "CONVSERVE_TLS_CLIENT_CA_FILE", "CONVSERVE_GRAPH_MANAGEMENT_TOKEN_FILE"):
+            self.assertTrue(self.mounted(env[name]), f"{name}={env[name]} is not mounted")
+        self.assertEqual(env["CONVSERVE_TLS_REQUIRE_CLIENT_CERT"], "true")
+
+    def test_probes_use_tls_health_checks(self):
+        for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+            spec = self.container[probe]
+            self.assertIsNone(spec["grpc"], f"{probe}: the kubelet's gRPC probe has no TLS")
+            command = spec["exec"]["command"]
+            self.assertEqual(command[0], "convserve-health")
+            files = [a.split("=", 1)[1] for a in command if a.startswith("--tls_") and
+                     a.split("=", 1)[0].endswith("_file")]
+            self.assertEqual(len(files), 3, command)
+            for path in files:
+                self.assertTrue(self.mounted(path), f"{probe}: {path} is not mounted")
+
+
 class ServerFlagsTest(unittest.TestCase):
     """Every CONVSERVE_* variable set anywhere in deploy/ names a real flag."""
 
@@ -437,8 +480,10 @@ class ServerFlagsTest(unittest.TestCase):
         names = set(load_one(source("deploy", "compose.yaml"))["services"]["convserve"]
                     ["environment"])
         deployment = only(k8s_documents(), "Deployment")
-        for container in deployment["spec"]["template"]["spec"]["containers"]:
-            names |= set(env_of(container))
+        tls_patch = load_one(source("deploy", "k8s-tls", "deployment-tls.yaml"))
+        for manifest in (deployment, tls_patch):
+            for container in manifest["spec"]["template"]["spec"]["containers"]:
+                names |= set(env_of(container))
         for word, rest in dockerfile_instructions():
             if word == "ENV":
                 names |= set(re.findall(r"\b(CONVSERVE_[A-Z0-9_]+)=", rest))

@@ -3,7 +3,9 @@
 // the region, key or parameter to change, registers nothing, writes nothing
 // into the output region, and leaves the server serving the good request;
 // and the limits on regions (--max_shared_memory_regions, _bytes).
+#include <fcntl.h>
 #include <grpcpp/client_context.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <cstdint>
@@ -12,6 +14,7 @@
 #include <memory>
 #include <ostream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -309,6 +312,62 @@ TEST_P(SharedMemoryRequestErrorTest, FailsWithCodeAndMessageAndWritesNothing) {
   const absl::StatusOr<inference::ModelInferResponse> answered = Infer(good);
   ASSERT_TRUE(answered.ok()) << answered.status();
   EXPECT_TRUE(out->Read(0, out->size()) == RawOutput("model", "FP32", InputShape(), input));
+}
+
+// ---- a region truncated after registration ------------------------------------
+
+// What a client can do to its object under the server's mapping.
+void TruncateObject(const std::string& key) {
+  const int fd = shm_open(key.c_str(), O_RDWR, 0);
+  ASSERT_GE(fd, 0) << key;
+  ASSERT_EQ(ftruncate(fd, 0), 0) << key;
+  close(fd);
+}
+
+// The server's accesses to the lost pages would raise SIGBUS and kill it
+// (this test with it: the server runs in this process); instead the request
+// reading or writing them fails, and the server goes on serving.
+TEST_F(SharedMemoryTest, TruncatedRegionsFailTheirRequestNotTheServer) {
+  Load(SmallGraph("model", v1::FLOAT32, v1::NCHW));
+  const std::string input = RandomTensorBytes(v1::FLOAT32, ElementCount(InputShape()), 11);
+  const std::string expected = RawOutput("model", "FP32", InputShape(), input);
+  ASSERT_FALSE(expected.empty());
+  const auto request = [](const std::string& in, const std::string& out) {
+    inference::ModelInferRequest r = RequestWithoutContents("model", "FP32", InputShape());
+    PlaceInRegion(in, kFloat32InputBytes, 0, InputParameters(&r));
+    r.add_outputs()->set_name("output");
+    PlaceInRegion(out, kFloat32OutputBytes, 0, OutputParameters(&r));
+    return r;
+  };
+  std::unique_ptr<PosixSharedMemory> cut_in = NewObject("cut_in", 3 * 4096);
+  std::unique_ptr<PosixSharedMemory> in = NewObject("in", kFloat32InputBytes);
+  std::unique_ptr<PosixSharedMemory> cut_out = NewObject("cut_out", 3 * 4096);
+  std::unique_ptr<PosixSharedMemory> out = NewObject("out", kFloat32OutputBytes);
+  cut_in->Write(0, input);
+  in->Write(0, input);
+  RegisterWhole("cut_in", *cut_in);
+  RegisterWhole("in", *in);
+  RegisterWhole("cut_out", *cut_out);
+  RegisterWhole("out", *out);
+  ASSERT_TRUE(Infer(request("cut_in", "cut_out")).ok()) << "before the cut";
+
+  TruncateObject(cut_in->key());
+  TruncateObject(cut_out->key());
+  for (const auto& [from, to] : {std::pair<std::string, std::string>{"cut_in", "out"},
+                                 std::pair<std::string, std::string>{"in", "cut_out"}}) {
+    const absl::StatusOr<inference::ModelInferResponse> refused = Infer(request(from, to));
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition)
+        << from << " -> " << to << ": " << refused.status();
+    EXPECT_THAT(std::string(refused.status().message()),
+                HasSubstr("truncated after it was registered"));
+  }
+  out->Fill(0, out->size(), kUnwritten);
+  const absl::StatusOr<inference::ModelInferResponse> answered = Infer(request("in", "out"));
+  ASSERT_TRUE(answered.ok()) << answered.status();
+  EXPECT_TRUE(out->Read(0, out->size()) == expected);
+  // Unregistering the cut regions unmaps them without touching their pages.
+  EXPECT_TRUE(Unregister("cut_in").ok());
+  EXPECT_TRUE(Unregister("cut_out").ok());
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -95,7 +95,9 @@ std::unique_ptr<PosixSharedMemory> NewObject(const std::string& tag, size_t byte
 void ExpectOutputInRegion(const inference::ModelInferResponse& response,
                           const std::string& datatype, const std::vector<int64_t>& shape,
                           const std::string& region, int64_t byte_size, int64_t offset) {
-  EXPECT_EQ(response.raw_output_contents_size(), 0);
+  // One empty entry per output, as Triton sends (its clients index it).
+  ASSERT_EQ(response.raw_output_contents_size(), 1);
+  EXPECT_TRUE(response.raw_output_contents(0).empty());
   ASSERT_EQ(response.outputs_size(), 1);
   const auto& output = response.outputs(0);
   EXPECT_EQ(output.name(), "output");

@@ -41,8 +41,9 @@ class MetricsExpositionTest : public ::testing::Test {
     *batched.mutable_graph() = ObservedGraph(kBatchedGraph);
     batched.mutable_dynamic_batching()->set_max_batch_size(4);
     ASSERT_TRUE(ConvServeClient(options).LoadGraph(batched).ok());
+    // One shape, one request at a time: batches of 1, one more plan.
     const TrafficResult batched_ok =
-        SendTraffic(server_->address(), ObservedRequests(batched.graph()), 2, 3);
+        SendTraffic(server_->address(), {ObservedRequests(batched.graph())[0]}, 1, 6);
     ASSERT_EQ(batched_ok.correct, 6) << "wrong " << batched_ok.wrong;
     const std::map<std::string, int64_t> codes =
         SendFailingRequests(server_->address(), kGraph, {2, 2});
@@ -64,7 +65,8 @@ TEST_F(MetricsExpositionTest, PromtoolCheckMetricsReportsNothing) {
         "convserve_requests_total{code=\"NOT_FOUND\",graph=\"_unknown\",protocol=\"convserve\"} 2",
         "convserve_requests_total{code=\"INVALID_ARGUMENT\",graph=\"exposed\",protocol=\"convserve\"} 2",
         "convserve_request_duration_seconds_bucket{graph=\"exposed\",protocol=\"kserve\",le=\"+Inf\"} 3",
-        "convserve_plan_cache_misses_total 3", "convserve_plan_builds_total{"}) {
+        "convserve_plan_cache_misses_total 4", "convserve_plan_builds_total{",
+        "convserve_batch_size_count{graph=\"exposed_batched\"} 6"}) {
     EXPECT_TRUE(absl::StrContains(page_, series)) << "missing: " << series << "\n" << page_;
   }
   absl::StatusOr<ProgramResult> lint =

@@ -33,22 +33,34 @@ std::unique_ptr<TestServer> TestServer::Start(const InferenceCoreOptions& option
 
 std::unique_ptr<TestServer> TestServer::Serve(
     absl::StatusOr<std::unique_ptr<InferenceCore>> core, const TestServerOptions& options) {
-  auto test_server = std::make_unique<TestServer>();
-  if (!core.ok()) {
-    std::fprintf(stderr, "TestServer: %s\n", core.status().ToString().c_str());
+  absl::StatusOr<std::unique_ptr<TestServer>> server = TryServe(std::move(core), options);
+  if (!server.ok()) {
+    std::fprintf(stderr, "TestServer: %s\n", server.status().ToString().c_str());
     std::abort();
   }
+  return *std::move(server);
+}
+
+absl::StatusOr<std::unique_ptr<TestServer>> TestServer::TryStart(
+    const InferenceCoreOptions& options, const TestServerOptions& server_options) {
+  return TryServe(InferenceCore::Create(options, *CpuBackend::Create({2})), server_options);
+}
+
+absl::StatusOr<std::unique_ptr<TestServer>> TestServer::TryServe(
+    absl::StatusOr<std::unique_ptr<InferenceCore>> core, const TestServerOptions& options) {
+  if (!core.ok()) return core.status();
+  auto test_server = std::make_unique<TestServer>();
   test_server->core_ = *std::move(core);
   GrpcServerOptions server_options;
   server_options.listen_address = "127.0.0.1:0";
   server_options.metrics.listen_address = options.serve_metrics ? "127.0.0.1:0" : "";
   server_options.shared_memory = options.shared_memory;
+  server_options.tls = options.tls;
+  server_options.graph_management = options.graph_management;
+  server_options.graph_dir = options.graph_dir;
   absl::StatusOr<std::unique_ptr<GrpcServer>> server =
       GrpcServer::Start(server_options, test_server->core_.get());
-  if (!server.ok()) {
-    std::fprintf(stderr, "TestServer: %s\n", server.status().ToString().c_str());
-    std::abort();
-  }
+  if (!server.ok()) return server.status();
   test_server->server_ = *std::move(server);
   return test_server;
 }

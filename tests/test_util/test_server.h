@@ -21,6 +21,11 @@ struct TestServerOptions {
   // Bounds of the KServe shared-memory regions (the server flags'
   // defaults unless a test makes them small).
   SharedMemoryLimits shared_memory;
+  // TLS of the port (plain text by default), graph management policy and
+  // graph directory, as GrpcServerOptions.
+  ServerTlsOptions tls;
+  GraphManagementOptions graph_management;
+  std::string graph_dir;
 };
 
 class TestServer {
@@ -36,9 +41,13 @@ class TestServer {
                                            std::unique_ptr<RequestRunner> runner,
                                            bool serve_metrics = false);
   // With every server option; `backend` may be null (the default above).
+  // Aborts the test binary if the server cannot start; TryStart returns why.
   static std::unique_ptr<TestServer> Start(const InferenceCoreOptions& options,
                                            std::unique_ptr<Backend> backend,
                                            const TestServerOptions& server_options);
+
+  static absl::StatusOr<std::unique_ptr<TestServer>> TryStart(
+      const InferenceCoreOptions& options, const TestServerOptions& server_options);
 
   // "127.0.0.1:PORT".
   std::string address() const;
@@ -48,6 +57,8 @@ class TestServer {
  private:
   static std::unique_ptr<TestServer> Serve(absl::StatusOr<std::unique_ptr<InferenceCore>> core,
                                            const TestServerOptions& server_options);
+  static absl::StatusOr<std::unique_ptr<TestServer>> TryServe(
+      absl::StatusOr<std::unique_ptr<InferenceCore>> core, const TestServerOptions& options);
 
   std::unique_ptr<InferenceCore> core_;
   std::unique_ptr<GrpcServer> server_;
