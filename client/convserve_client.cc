@@ -26,7 +26,6 @@ ConvServeClient::ConvServeClient(const ClientOptions& options) : options_(option
   channel_ = grpc::CreateCustomChannel(options.address, credentials, args);
   convserve_ = v1::ConvServe::NewStub(channel_);
   kserve_ = inference::GRPCInferenceService::NewStub(channel_);
-  generic_ = std::make_unique<grpc::GenericStub>(channel_);
 }
 
 void ConvServeClient::Prepare(grpc::ClientContext* context) const {
@@ -205,14 +204,6 @@ void ConvServeClient::ModelInferAsync(grpc::ClientContext* context,
                                       inference::ModelInferResponse* response,
                                       std::function<void(grpc::Status)> done) {
   kserve_->async()->ModelInfer(context, request, response, std::move(done));
-}
-
-void ConvServeClient::ModelInferBytesAsync(grpc::ClientContext* context,
-                                           const grpc::ByteBuffer* request,
-                                           grpc::ByteBuffer* response,
-                                           std::function<void(grpc::Status)> done) {
-  generic_->UnaryCall(context, "/inference.GRPCInferenceService/ModelInfer", grpc::StubOptions(),
-                      request, response, std::move(done));
 }
 
 void ConvServeClient::ModelStreamInfer(

@@ -5,8 +5,6 @@
 #define CONVSERVE_CLIENT_CONVSERVE_CLIENT_H_
 
 #include <grpcpp/channel.h>
-#include <grpcpp/generic/generic_stub.h>
-#include <grpcpp/support/byte_buffer.h>
 
 #include <chrono>
 #include <cstdint>
@@ -79,10 +77,6 @@ class ConvServeClient {
   void ModelInferAsync(grpc::ClientContext* context, const inference::ModelInferRequest* request,
                        inference::ModelInferResponse* response,
                        std::function<void(grpc::Status)> done);
-  // ModelInfer of a request serialized once and sent many times (its slices
-  // are shared, not copied, per call); the response arrives unparsed.
-  void ModelInferBytesAsync(grpc::ClientContext* context, const grpc::ByteBuffer* request,
-                            grpc::ByteBuffer* response, std::function<void(grpc::Status)> done);
   // Starts a ModelStreamInfer call driven by `reactor` (which then calls
   // StartCall); `context` carries no deadline unless the caller set one.
   void ModelStreamInfer(grpc::ClientContext* context,
@@ -100,7 +94,6 @@ class ConvServeClient {
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::ConvServe::Stub> convserve_;
   std::unique_ptr<inference::GRPCInferenceService::Stub> kserve_;
-  std::unique_ptr<grpc::GenericStub> generic_;
 };
 
 // gRPC status -> absl::Status, same code and message.

@@ -1,8 +1,6 @@
 #include "client/kserve_request_sender.h"
 
 #include <grpcpp/client_context.h>
-#include <grpcpp/support/proto_buffer_reader.h>
-#include <grpcpp/support/proto_buffer_writer.h>
 
 #include <utility>
 
@@ -27,21 +25,12 @@ void SetRegion(const std::string& region, uint64_t byte_size, uint64_t offset,
 // State of one unary ModelInfer call; deletes itself when the call ends.
 struct UnaryCall {
   grpc::ClientContext context;
-  // The response of a call sent as bytes, parsed when it arrives.
-  grpc::ByteBuffer response_bytes;
   inference::ModelInferResponse response;
   std::function<void(const absl::Status&, inference::ModelInferResponse*)> done;
 
   void Finish(const grpc::Status& status) {
     std::unique_ptr<UnaryCall> self(this);
     done(FromGrpcStatus(status), status.ok() ? &response : nullptr);
-  }
-  void FinishBytes(grpc::Status status) {
-    if (status.ok()) {
-      status = grpc::SerializationTraits<inference::ModelInferResponse>::Deserialize(
-          &response_bytes, &response);
-    }
-    Finish(status);
   }
 };
 
@@ -139,12 +128,6 @@ KServeRequestSender::KServeRequestSender(const KServeSenderOptions& options,
   if (regions_ == nullptr) {
     request.add_raw_input_contents(input.bytes);
     message_request_ = std::move(request);
-    // Serialized here once, not by gRPC on every call: a copy of the tensor
-    // fewer per request.
-    bool own_buffer = false;
-    const grpc::Status serialized = grpc::SerializationTraits<inference::ModelInferRequest>::Serialize(
-        message_request_, &message_bytes_, &own_buffer);
-    if (!serialized.ok()) message_bytes_.Clear();  // then sent as a message
     return;
   }
   SetRegion(regions_->input_region(), input.bytes.size(), 0, tensor->mutable_parameters());
@@ -183,11 +166,6 @@ void KServeRequestSender::Call(ConvServeClient& client, int slot, absl::Time dea
   auto* call = new UnaryCall;
   call->done = std::move(done);
   call->context.set_deadline(absl::ToChronoTime(deadline));
-  if (slot < 0 && message_bytes_.Valid()) {
-    client.ModelInferBytesAsync(&call->context, &message_bytes_, &call->response_bytes,
-                                [call](grpc::Status status) { call->FinishBytes(status); });
-    return;
-  }
   client.ModelInferAsync(&call->context, request, &call->response,
                          [call](grpc::Status status) { call->Finish(status); });
 }

@@ -12,8 +12,6 @@
 #ifndef CONVSERVE_CLIENT_KSERVE_REQUEST_SENDER_H_
 #define CONVSERVE_CLIENT_KSERVE_REQUEST_SENDER_H_
 
-#include <grpcpp/support/byte_buffer.h>
-
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -90,10 +88,8 @@ class KServeRequestSender final : public InferRequestSender {
 
   const KServeSenderOptions options_;
   const v1::DataType data_type_;
-  // Without shared memory: the one request every call sends, read-only,
-  // and serialized once for unary calls.
+  // Without shared memory: the one request every call sends, read-only.
   inference::ModelInferRequest message_request_;
-  grpc::ByteBuffer message_bytes_;
   // With shared memory: the regions, and per output slot its request.
   const std::unique_ptr<SharedMemoryTensors> regions_;
   std::vector<inference::ModelInferRequest> slot_requests_;
