@@ -37,8 +37,11 @@ void Install() {
 
 absl::Status CopyGuarded(void* dst, const void* src, size_t bytes) {
   absl::call_once(install_once, Install);
+  if (bytes == 0) return absl::OkStatus();  // memcpy takes no null pointer, even for 0
   sigjmp_buf jump;
-  if (sigsetjmp(jump, /*savemask=*/1) != 0) {
+  // The handler runs with SA_NODEFER, so jumping out of it leaves the signal
+  // mask as it was: no need to save it (a sigprocmask call per copy).
+  if (sigsetjmp(jump, /*savemask=*/0) != 0) {
     guarded_jump = nullptr;
     return absl::FailedPreconditionError(
         "a shared memory region lost its pages during the copy (SIGBUS): its object was "
