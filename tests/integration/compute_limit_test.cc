@@ -9,6 +9,7 @@
 #include "client/graph_file.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/test_util/small_graph.h"
 #include "tests/test_util/test_server.h"
 
 namespace convserve {
@@ -21,20 +22,7 @@ using ::testing::HasSubstr;
 // ReLU: 8064.
 constexpr double kFlopsPerImage = 8064;
 
-v1::GraphDef CostGraph() {
-  v1::GraphDef graph;
-  graph.set_name("cost");
-  graph.set_data_type(v1::FLOAT32);
-  graph.set_layout(v1::NCHW);
-  graph.set_input_channels(3);
-  v1::ConvLayer* layer = graph.add_layers();
-  layer->set_out_channels(4);
-  layer->add_kernel_size(3);
-  layer->add_kernel_size(3);
-  layer->mutable_activation()->set_kind(v1::Activation::RELU);
-  EXPECT_TRUE(FillParameters(3, true, &graph).ok());
-  return graph;
-}
+v1::GraphDef CostGraph() { return SmallConvGraph("cost", 3); }
 
 class ComputeLimitTest : public ::testing::Test {
  protected:

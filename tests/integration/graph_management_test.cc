@@ -13,6 +13,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "inference/grpc_predict_v2.grpc.pb.h"
+#include "tests/test_util/small_graph.h"
 #include "tests/test_util/test_server.h"
 
 namespace convserve {
@@ -20,21 +21,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-// A one-layer float32 NCHW graph, 3 -> 4 channels 3x3, weights from a seed.
-v1::GraphDef SmallGraph(const std::string& name) {
-  v1::GraphDef graph;
-  graph.set_name(name);
-  graph.set_data_type(v1::FLOAT32);
-  graph.set_layout(v1::NCHW);
-  graph.set_input_channels(3);
-  v1::ConvLayer* layer = graph.add_layers();
-  layer->set_out_channels(4);
-  layer->add_kernel_size(3);
-  layer->add_kernel_size(3);
-  layer->mutable_activation()->set_kind(v1::Activation::RELU);
-  EXPECT_TRUE(FillParameters(11, true, &graph).ok());
-  return graph;
-}
+v1::GraphDef SmallGraph(const std::string& name) { return SmallConvGraph(name, 11); }
 
 v1::InferRequest SmallRequest(const std::string& graph) {
   v1::InferRequest request;
