@@ -63,20 +63,37 @@ echo "model $model, KServe input shape [$kserve_shape], output $output_bytes byt
 # pa NAME CONCURRENCY EXTRA_FLAGS...: perf_analyzer, one level, CSV in $out.
 # perf_analyzer keeps a copy of every request's input and output tensors
 # and copies them again each window; with tensors in the messages at high
-# rates that grows until the host runs out of memory (its issue #84), so its
-# address space is capped: such a run ends with an allocation failure.
-pa() (
-  name=$1 concurrency=$2
+# rates that can grow until the host runs out of memory (its issue #84). A
+# watchdog samples its resident memory every 0.2 s, writes the peak to the
+# log and kills it past PA_RSS_LIMIT_GIB (32): such a run shows as "no
+# result". (An address-space cap instead, ulimit -v 24 GiB, ended every
+# concurrency-16 run with tensors in the messages in std::bad_alloc before
+# its first window, H100 host, 2026-11-24.) With tensors in the messages its
+# windows are counted in requests (MESSAGE_WINDOW_REQUESTS, 1000), not time.
+pa() {
+  local name=$1 concurrency=$2 limit_kib=$(( ${PA_RSS_LIMIT_GIB:-32} << 20 )) peak=0 rss pid rc
   shift 2
-  ulimit -v $((24 << 20))  # KiB: 24 GiB, in this function's subshell only
   timeout 300 "$pa" -m "$model" -i grpc -u 127.0.0.1:$port --shape "input:$kserve_shape" \
     --concurrency-range "$concurrency" --measurement-interval "$window_ms" \
     --stability-percentage 20 --max-trials 6 -f "$out/pa_$name.csv" "$@" \
-    > "$out/pa_$name.log" 2>&1
+    > "$out/pa_$name.log" 2>&1 &
+  pid=$!
+  while kill -0 $pid 2>/dev/null; do
+    # timeout's child is perf_analyzer: sum the resident memory of both.
+    rss=$(cat /proc/$pid/status /proc/$(pgrep -P $pid | head -1)/status 2>/dev/null \
+      | awk '/^VmRSS:/ {kib += $2} END {print kib + 0}')
+    [ "$rss" -gt "$peak" ] && peak=$rss
+    if [ "$rss" -gt "$limit_kib" ]; then
+      echo "watchdog: resident memory ${rss} KiB over ${PA_RSS_LIMIT_GIB:-32} GiB: killed" >> "$out/pa_$name.log"
+      pkill -KILL -P $pid; kill -KILL $pid 2>/dev/null
+    fi
+    sleep 0.2
+  done
+  wait $pid
   rc=$?
-  echo "perf_analyzer $name rc=$rc"
-  if [ $rc -ne 0 ]; then tail -3 "$out/pa_$name.log" | sed 's/^/    /'; fi
-)
+  echo "perf_analyzer $name rc=$rc peak resident memory $((peak >> 10)) MiB" | tee -a "$out/pa_$name.log"
+  if [ $rc -ne 0 ]; then tail -4 "$out/pa_$name.log" | head -3 | sed 's/^/    /'; fi
+}
 # cl NAME CONCURRENCY EXTRA_FLAGS...: convserve-load, the same level.
 cl() {
   local name=$1 concurrency=$2
@@ -89,7 +106,8 @@ cl() {
 }
 
 for c in 1 16; do
-  pa "msg_c$c" "$c"
+  pa "msg_c$c" "$c" --measurement-mode count_windows \
+    --measurement-request-count "${MESSAGE_WINDOW_REQUESTS:-1000}"
   pa "sys_c$c" "$c" --shared-memory system --output-shared-memory-size "$output_bytes"
   cl "msg_c$c" "$c"
   cl "sys_c$c" "$c" --shared_memory=system
