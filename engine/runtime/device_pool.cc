@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <optional>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -18,6 +19,7 @@
 #include "engine/cudnn/cudnn_backend.h"
 #include "engine/cudnn/cudnn_status.h"
 #include "engine/cudnn/probe_buffers.h"
+#include "engine/runtime/device_choice.h"
 #include "engine/runtime/guarded_copy.h"
 #include "engine/runtime/layer_segments.h"
 #include "engine/runtime/prober_protocol.h"
@@ -453,15 +455,14 @@ void DevicePool::Route(std::unique_ptr<Task> task) {
   const int64_t cost = task->cost;
   // A GPU can be lost between the pick and the queueing: then pick again.
   for (size_t attempt = 0; attempt <= devices_.size(); ++attempt) {
-    // Least outstanding work among healthy GPUs; ties go to the lower slot.
-    Device* target = nullptr;
+    // Least outstanding work among healthy GPUs; ties in turn.
+    absl::InlinedVector<DeviceLoad, 8> loads;
     for (const auto& device : devices_) {
-      if (device->lost.load()) continue;
-      if (target == nullptr || device->outstanding.load() < target->outstanding.load()) {
-        target = device.get();
-      }
+      loads.push_back(DeviceLoad{device->outstanding.load(), !device->lost.load()});
     }
-    if (target == nullptr) break;
+    const int picked = LeastLoadedDevice(loads, next_tie_start_.fetch_add(1));
+    if (picked < 0) break;
+    Device* target = devices_[picked].get();
     bool stopping = false;
     {
       absl::MutexLock lock(&target->mu);

@@ -171,6 +171,9 @@ class DevicePool : public RequestRunner {
   absl::flat_hash_map<std::string, int> graph_refs_ ABSL_GUARDED_BY(graphs_mu_);
 
   std::atomic<bool> accepting_{true};
+  // Where Route's scan for the least loaded GPU starts: advanced per request
+  // so that ties (idle GPUs, say) take turns.
+  std::atomic<size_t> next_tie_start_{0};
   // Engine searches run in this process (no prober) and their verdicts.
   std::atomic<int64_t> in_process_searches_{0};
   std::atomic<int64_t> in_process_quarantined_{0};
