@@ -206,6 +206,18 @@ void ConvServeClient::ModelInferAsync(grpc::ClientContext* context,
   kserve_->async()->ModelInfer(context, request, response, std::move(done));
 }
 
+grpc::Status ConvServeClient::InferBlocking(grpc::ClientContext* context,
+                                            const v1::InferRequest& request,
+                                            v1::InferResponse* response) {
+  return convserve_->Infer(context, request, response);
+}
+
+grpc::Status ConvServeClient::ModelInferBlocking(grpc::ClientContext* context,
+                                                 const inference::ModelInferRequest& request,
+                                                 inference::ModelInferResponse* response) {
+  return kserve_->ModelInfer(context, request, response);
+}
+
 void ConvServeClient::ModelStreamInfer(
     grpc::ClientContext* context,
     grpc::ClientBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse>*

@@ -77,6 +77,14 @@ class ConvServeClient {
   void ModelInferAsync(grpc::ClientContext* context, const inference::ModelInferRequest* request,
                        inference::ModelInferResponse* response,
                        std::function<void(grpc::Status)> done);
+  // Blocking Infer / ModelInfer on gRPC's synchronous API: the call runs on
+  // the calling thread (no hand-off to a gRPC thread when it ends).
+  // `context` carries the caller's deadline.
+  grpc::Status InferBlocking(grpc::ClientContext* context, const v1::InferRequest& request,
+                             v1::InferResponse* response);
+  grpc::Status ModelInferBlocking(grpc::ClientContext* context,
+                                  const inference::ModelInferRequest& request,
+                                  inference::ModelInferResponse* response);
   // Starts a ModelStreamInfer call driven by `reactor` (which then calls
   // StartCall); `context` carries no deadline unless the caller set one.
   void ModelStreamInfer(grpc::ClientContext* context,

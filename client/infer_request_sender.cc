@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
@@ -42,17 +43,27 @@ class ConvServeSender final : public InferRequestSender {
   }
 
   void SendAsync(ConvServeClient& client, Done done) override {
-    auto* call = new InferCall;
-    call->done = std::move(done);
-    call->context.set_deadline(std::chrono::system_clock::now() + client.options().timeout);
+    InferCall* call = Start(client, std::move(done));
     client.InferAsync(&call->context, &request_, &call->response,
                       [call](grpc::Status status) { call->Finish(status); });
+  }
+
+  void SendBlocking(ConvServeClient& client, Done done) override {
+    InferCall* call = Start(client, std::move(done));
+    call->Finish(client.InferBlocking(&call->context, request_, &call->response));
   }
 
   Protocol protocol() const override { return Protocol::kConvServe; }
   std::string transport() const override { return "unary Infer, tensors in the messages"; }
 
  private:
+  static InferCall* Start(ConvServeClient& client, Done done) {
+    auto* call = new InferCall;
+    call->done = std::move(done);
+    call->context.set_deadline(std::chrono::system_clock::now() + client.options().timeout);
+    return call;
+  }
+
   // Read-only once built: every call sends it.
   v1::InferRequest request_;
 };
@@ -83,25 +94,43 @@ absl::Status InferOutput::FetchBytes() {
   return slot->Read(byte_size, &bytes);
 }
 
-absl::StatusOr<InferOutput> InferRequestSender::Send(ConvServeClient& client) {
+void InferRequestSender::SendBlocking(ConvServeClient& client, Done done) {
+  // Shared with the callback, which may still be returning when the wait
+  // below ends.
   struct Result {
     absl::Mutex mu;
     bool done ABSL_GUARDED_BY(mu) = false;
-    absl::StatusOr<InferOutput> output ABSL_GUARDED_BY(mu);
+    absl::Status status ABSL_GUARDED_BY(mu);
+    std::optional<InferOutput> output ABSL_GUARDED_BY(mu);
   };
   auto result = std::make_shared<Result>();
   SendAsync(client, [result](const absl::Status& status, InferOutput* output) {
     absl::MutexLock lock(&result->mu);
-    if (status.ok()) {
-      result->output = std::move(*output);
-    } else {
-      result->output = status;
-    }
+    result->status = status;
+    if (status.ok()) result->output = std::move(*output);
     result->done = true;
   });
-  absl::MutexLock lock(&result->mu);
-  result->mu.Await(absl::Condition(&result->done));
-  return std::move(result->output);
+  absl::Status status;
+  std::optional<InferOutput> output;
+  {
+    absl::MutexLock lock(&result->mu);
+    result->mu.Await(absl::Condition(&result->done));
+    status = result->status;
+    output = std::move(result->output);
+  }
+  done(status, output.has_value() ? &*output : nullptr);
+}
+
+absl::StatusOr<InferOutput> InferRequestSender::Send(ConvServeClient& client) {
+  absl::StatusOr<InferOutput> result = absl::InternalError("the sender never answered");
+  SendBlocking(client, [&result](const absl::Status& status, InferOutput* output) {
+    if (status.ok()) {
+      result = std::move(*output);
+    } else {
+      result = status;
+    }
+  });
+  return result;
 }
 
 std::unique_ptr<InferRequestSender> ConvServeRequestSender(const InferInput& input) {

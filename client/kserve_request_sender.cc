@@ -156,7 +156,7 @@ std::string KServeRequestSender::transport() const {
 }
 
 void KServeRequestSender::Call(ConvServeClient& client, int slot, absl::Time deadline,
-                               CallDone done) {
+                               bool blocking, CallDone done) {
   const inference::ModelInferRequest* request =
       slot < 0 ? &message_request_ : &slot_requests_[slot];
   if (options_.streaming) {
@@ -166,6 +166,10 @@ void KServeRequestSender::Call(ConvServeClient& client, int slot, absl::Time dea
   auto* call = new UnaryCall;
   call->done = std::move(done);
   call->context.set_deadline(absl::ToChronoTime(deadline));
+  if (blocking) {
+    call->Finish(client.ModelInferBlocking(&call->context, *request, &call->response));
+    return;
+  }
   client.ModelInferAsync(&call->context, request, &call->response,
                          [call](grpc::Status status) { call->Finish(status); });
 }
@@ -173,7 +177,7 @@ void KServeRequestSender::Call(ConvServeClient& client, int slot, absl::Time dea
 void KServeRequestSender::SendAsync(ConvServeClient& client, Done done) {
   const absl::Time deadline = absl::Now() + absl::FromChrono(options_.timeout);
   if (regions_ == nullptr) {
-    Dispatch(client, -1, deadline, std::move(done));
+    Dispatch(client, -1, deadline, /*blocking=*/false, std::move(done));
     return;
   }
   int slot = -1;
@@ -186,12 +190,40 @@ void KServeRequestSender::SendAsync(ConvServeClient& client, Done done) {
     slot = free_slots_.back();
     free_slots_.pop_back();
   }
-  Dispatch(client, slot, deadline, std::move(done));
+  Dispatch(client, slot, deadline, /*blocking=*/false, std::move(done));
+}
+
+void KServeRequestSender::SendBlocking(ConvServeClient& client, Done done) {
+  if (options_.streaming) {
+    InferRequestSender::SendBlocking(client, std::move(done));
+    return;
+  }
+  const absl::Time deadline = absl::Now() + absl::FromChrono(options_.timeout);
+  int slot = -1;
+  if (regions_ != nullptr) {
+    bool free = false;
+    {
+      absl::MutexLock lock(&mu_);
+      free = mu_.AwaitWithDeadline(absl::Condition(this, &KServeRequestSender::SlotFreeLocked),
+                                   deadline);
+      if (free) {
+        slot = free_slots_.back();
+        free_slots_.pop_back();
+      }
+    }
+    if (!free) {
+      done(absl::DeadlineExceededError(
+               "waited past the deadline (--timeout) for a free shared-memory output slot"),
+           nullptr);
+      return;
+    }
+  }
+  Dispatch(client, slot, deadline, /*blocking=*/true, std::move(done));
 }
 
 void KServeRequestSender::Dispatch(ConvServeClient& client, int slot, absl::Time deadline,
-                                   Done done) {
-  Call(client, slot, deadline,
+                                   bool blocking, Done done) {
+  Call(client, slot, deadline, blocking,
        [this, slot, done = std::move(done)](const absl::Status& status,
                                             inference::ModelInferResponse* response) {
          // Frees the slot when the output (or this callback) lets go of it.
@@ -250,7 +282,7 @@ void KServeRequestSender::ReleaseSlot(int slot) {
       waiting_.pop_front();
     }
     if (absl::Now() < next.deadline) {
-      Dispatch(*next.client, slot, next.deadline, std::move(next.done));
+      Dispatch(*next.client, slot, next.deadline, /*blocking=*/false, std::move(next.done));
       return;
     }
     next.done(absl::DeadlineExceededError(

@@ -58,6 +58,9 @@ class KServeRequestSender final : public InferRequestSender {
   ~KServeRequestSender() override;
 
   void SendAsync(ConvServeClient& client, Done done) override;
+  // Unary: a blocking ModelInfer on the calling thread, after waiting (up to
+  // the deadline) for a free output slot. Streaming: SendAsync and a wait.
+  void SendBlocking(ConvServeClient& client, Done done) override;
   Protocol protocol() const override { return Protocol::kKServe; }
   std::string transport() const override;
   // Null without shared memory.
@@ -78,11 +81,14 @@ class KServeRequestSender final : public InferRequestSender {
                       std::unique_ptr<SharedMemoryTensors> regions);
 
   // Sends the request of `slot` (-1: tensors in the message) unary or on
-  // the client's stream.
-  void Call(ConvServeClient& client, int slot, absl::Time deadline, CallDone done);
+  // the client's stream; `blocking` (unary only): on this thread, `done`
+  // run before it returns.
+  void Call(ConvServeClient& client, int slot, absl::Time deadline, bool blocking,
+            CallDone done);
   // Sends with output slot `slot` (-1 without shared memory) and turns the
   // response into an InferOutput for `done`.
-  void Dispatch(ConvServeClient& client, int slot, absl::Time deadline, Done done);
+  void Dispatch(ConvServeClient& client, int slot, absl::Time deadline, bool blocking, Done done);
+  bool SlotFreeLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !free_slots_.empty(); }
   // Gives the slot to the next waiting request, or back to the free list.
   void ReleaseSlot(int slot);
 

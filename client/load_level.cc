@@ -41,6 +41,7 @@ LoadLevel::LoadLevel(LoadSession* session, const LoadOptions* options, int concu
 
 LoadLevel::~LoadLevel() {
   if (scheduler_.joinable()) scheduler_.join();
+  for (std::thread& caller : callers_) caller.join();
 }
 
 int64_t LoadLevel::NowNs() const {
@@ -91,13 +92,28 @@ void LoadLevel::Completed(int64_t window, int64_t scheduled_ns, const absl::Stat
     --outstanding_[window + 1];
     --in_flight_;
     // The closed loop's next request is begun under the same lock, so
-    // in_flight_ never reads 0 while this callback still needs `this`.
-    if (concurrency_ > 0) {
+    // in_flight_ never reads 0 while this callback still needs `this`
+    // (with blocking calls the caller thread begins it).
+    if (concurrency_ > 0 && !Blocking()) {
       next_scheduled_ns = NowNs();
       again = BeginRequestLocked(next_scheduled_ns, &next_window);
     }
   }
   if (again) Send(next_window, next_scheduled_ns);
+}
+
+void LoadLevel::CallInTurn() {
+  for (;;) {
+    int64_t window = 0;
+    const int64_t scheduled_ns = NowNs();
+    {
+      absl::MutexLock lock(&mu_);
+      if (!BeginRequestLocked(scheduled_ns, &window)) return;
+    }
+    session_->SendBlocking([&](const absl::Status& status, InferOutput* output) {
+      Completed(window, scheduled_ns, status, output);
+    });
+  }
 }
 
 void LoadLevel::ScheduleArrivals() {
@@ -253,7 +269,9 @@ LevelResult LoadLevel::MergeLocked() const {
 
 LevelResult LoadLevel::Run() {
   start_ = std::chrono::steady_clock::now();
-  if (concurrency_ > 0) {
+  if (Blocking()) {
+    for (int i = 0; i < concurrency_; ++i) callers_.emplace_back([this] { CallInTurn(); });
+  } else if (concurrency_ > 0) {
     for (int i = 0; i < concurrency_; ++i) {
       int64_t window = 0;
       const int64_t scheduled_ns = NowNs();
@@ -278,6 +296,8 @@ LevelResult LoadLevel::Run() {
     stopping_ = true;
   }
   if (scheduler_.joinable()) scheduler_.join();
+  for (std::thread& caller : callers_) caller.join();
+  callers_.clear();
   // Calls end by the client deadline at the latest.
   absl::MutexLock lock(&mu_);
   mu_.Await(absl::Condition(this, &LoadLevel::NothingInFlightLocked));

@@ -57,6 +57,10 @@ class LoadLevel {
                  InferOutput* output);
   // The open-loop arrival schedule; on its own thread.
   void ScheduleArrivals();
+  // A closed loop's caller thread with blocking calls: one request after
+  // another until the level stops.
+  void CallInTurn();
+  bool Blocking() const { return concurrency_ > 0 && options_.blocking_calls; }
 
   int64_t WindowStartNsLocked(int64_t k) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   int64_t WindowEndNsLocked(int64_t k) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -79,6 +83,8 @@ class LoadLevel {
   const int64_t window_ns_;
   std::chrono::steady_clock::time_point start_;
   std::thread scheduler_;
+  // Closed loop with blocking calls: one thread per request in flight.
+  std::vector<std::thread> callers_;
   // Completions so far, for sampling outputs to verify.
   std::atomic<int64_t> completions_{0};
 

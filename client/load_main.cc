@@ -17,6 +17,7 @@
 #include "absl/flags/usage.h"
 #include "absl/flags/usage_config.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "client/graph_file.h"
@@ -64,6 +65,10 @@ ABSL_FLAG(std::string, concurrency_range, "",
           "closed loop: requests in flight, start:end:step (1:64:x2, 1:8:+1) or one value");
 ABSL_FLAG(std::string, request_rate, "",
           "open loop: requests per second, start:end:step or one value");
+ABSL_FLAG(std::string, calls, "blocking",
+          "closed loop: blocking (a thread per request in flight, gRPC's blocking API, as "
+          "perf_analyzer) or callback (gRPC's callback API: fewer threads, a hand-off between "
+          "threads per call); the open loop always uses callbacks");
 ABSL_FLAG(std::string, arrival, "constant", "open loop send spacing: constant or poisson");
 ABSL_FLAG(uint64_t, arrival_seed, 1, "seed of the Poisson arrival schedule");
 ABSL_FLAG(absl::Duration, warmup, absl::Seconds(1), "load before the first window, not measured");
@@ -191,6 +196,12 @@ absl::StatusOr<LoadOptions> LoadOptionsFromFlags() {
     options.mode = LoadMode::kOpenLoop;
     options.request_rates = *levels;
   }
+  const std::string calls = absl::GetFlag(FLAGS_calls);
+  if (calls != "blocking" && calls != "callback") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--calls '", calls, "': must be blocking or callback"));
+  }
+  options.blocking_calls = calls == "blocking";
   absl::StatusOr<Arrival> arrival = ParseArrival(absl::GetFlag(FLAGS_arrival));
   if (!arrival.ok()) return arrival.status();
   options.arrival = *arrival;
@@ -295,7 +306,15 @@ int Run() {
   std::printf("input  [%s] %s %s, %zu bytes\n", absl::StrJoin(input.shape, ", ").c_str(),
               v1::DataType_Name(input.definition.data_type()).c_str(),
               v1::Layout_Name(input.definition.layout()).c_str(), input.bytes.size());
-  Print("transport: " + session.transport());
+  std::string calls = "calls: blocking, on this thread";
+  if (load_mode && load_options->mode == LoadMode::kClosedLoop) {
+    calls = load_options->blocking_calls
+                ? "calls: blocking, one thread per request in flight (--calls=blocking)"
+                : "calls: gRPC callback API (--calls=callback)";
+  } else if (load_mode) {
+    calls = "calls: gRPC callback API (open loop)";
+  }
+  Print("transport: " + session.transport() + "; " + calls);
 
   double first_ms = 0;
   if (int failed = Probe(session, load_mode, &first_ms); failed != 0) return failed;

@@ -52,6 +52,11 @@ struct LoadOptions {
   LoadMode mode = LoadMode::kClosedLoop;
   // Closed loop: the levels of requests in flight, in order.
   std::vector<int> concurrency = {1};
+  // Closed loop: one thread per request in flight, each making blocking
+  // calls (InferRequestSender::SendBlocking), as perf_analyzer does by
+  // default; false: gRPC's callback API, each completion sending the next
+  // request from a gRPC thread. The open loop always uses the callback API.
+  bool blocking_calls = true;
   // Open loop: the levels of requests per second, in order.
   std::vector<double> request_rates;
   // Open loop: spacing of sends.

@@ -246,6 +246,13 @@ void LoadSession::SendAsync(InferRequestSender::Done done) {
                      });
 }
 
+void LoadSession::SendBlocking(InferRequestSender::Done done) {
+  sender_->SendBlocking(pool_->Next(), [this, &done](const absl::Status& status, InferOutput* out) {
+    Count(status, out);
+    done(status, out);
+  });
+}
+
 void LoadSession::Verify(InferOutput* output) {
   if (verifier_ == nullptr) return;
   absl::Status fetched = output->FetchBytes();

@@ -84,6 +84,8 @@ class LoadSession {
   absl::StatusOr<InferOutput> Send();
   // Sends it without blocking; see InferRequestSender::SendAsync.
   void SendAsync(InferRequestSender::Done done);
+  // Sends it on the calling thread; see InferRequestSender::SendBlocking.
+  void SendBlocking(InferRequestSender::Done done);
   // With a verifier: reads the output's bytes if they are still in shared
   // memory and checks them (a failed read counts as a mismatch).
   void Verify(InferOutput* output);

@@ -5,6 +5,7 @@
 #include "client/load_generator.h"
 
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -111,17 +112,21 @@ void ExpectReportsMatch(const RunResult& result) {
   EXPECT_THAT(table, HasSubstr(absl::StrCat("requests: ", result.totals.sent, " sent")));
 }
 
-class LoadGeneratorTest : public ::testing::TestWithParam<Protocol> {};
+// Each protocol, with blocking calls (a thread per request in flight) and
+// with gRPC's callback API.
+class LoadGeneratorTest : public ::testing::TestWithParam<std::tuple<Protocol, bool>> {};
 
 TEST_P(LoadGeneratorTest, ReportedRequestsEqualServerRuns) {
   InstrumentedServer server;
   LoadSessionOptions session_options = ResnetSession(server.address());
-  session_options.protocol = GetParam();
+  session_options.protocol = std::get<0>(GetParam());
   std::unique_ptr<LoadSession> session = CreateSession(session_options);
   ASSERT_NE(session, nullptr);
   ASSERT_TRUE(session->Send().ok());
 
-  absl::StatusOr<RunResult> result = RunLoad(*session, ClosedLoopByCount({1, 3}, 40, 2));
+  LoadOptions options = ClosedLoopByCount({1, 3}, 40, 2);
+  options.blocking_calls = std::get<1>(GetParam());
+  absl::StatusOr<RunResult> result = RunLoad(*session, options);
   ASSERT_TRUE(result.ok()) << result.status();
 
   // The server's count two ways: its backend's runs, and its own statistics.
@@ -173,11 +178,14 @@ TEST_P(LoadGeneratorTest, ReportedRequestsEqualServerRuns) {
   ExpectReportsMatch(*result);
 }
 
-INSTANTIATE_TEST_SUITE_P(Protocols, LoadGeneratorTest,
-                         ::testing::Values(Protocol::kConvServe, Protocol::kKServe),
-                         [](const ::testing::TestParamInfo<Protocol>& info) {
-                           return std::string(ProtocolName(info.param));
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    ProtocolsAndCalls, LoadGeneratorTest,
+    ::testing::Combine(::testing::Values(Protocol::kConvServe, Protocol::kKServe),
+                       ::testing::Bool()),
+    [](const ::testing::TestParamInfo<std::tuple<Protocol, bool>>& info) {
+      return absl::StrCat(ProtocolName(std::get<0>(info.param)),
+                          std::get<1>(info.param) ? "_blocking" : "_callback");
+    });
 
 TEST(LoadGeneratorOpenLoopTest, ConstantArrivalsKeepTheSchedule) {
   InstrumentedServer server;

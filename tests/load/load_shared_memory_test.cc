@@ -140,7 +140,9 @@ TEST(LoadSharedMemoryTest, ConcurrencySweepVerifiesEveryResponse) {
   EXPECT_EQ(result->output_bytes, 32 * 8 * 8 * 4);
 }
 
-TEST(LoadSharedMemoryTest, RequestsWaitForAFreeSlotInBothLoops) {
+// Three requests in flight, one output slot: blocking callers wait for it
+// on their threads, callback and open-loop requests in the sender's queue.
+TEST(LoadSharedMemoryTest, RequestsWaitForAFreeSlotInEveryLoop) {
   InstrumentedServer server;
   std::unique_ptr<LoadSession> session =
       CreateSession(KServeSession(server, SharedMemoryKind::kSystem, 1));
@@ -150,6 +152,13 @@ TEST(LoadSharedMemoryTest, RequestsWaitForAFreeSlotInBothLoops) {
   absl::StatusOr<RunResult> result = RunLoad(*session, closed);
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_EQ(result->levels[0].ok, 30);
+
+  LoadOptions callback = closed;
+  callback.blocking_calls = false;
+  result = RunLoad(*session, callback);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->levels[0].ok, 30);
+  EXPECT_EQ(result->totals.errors, 0);
 
   LoadOptions open = closed;
   open.mode = LoadMode::kOpenLoop;
