@@ -272,7 +272,19 @@ void BackendRunner::RunBatch(InferBatch& batch, double queue_seconds) {
   }
 }
 
+absl::Status BackendRunner::AddGraph(const std::shared_ptr<const Graph>& graph) {
+  absl::MutexLock lock(&graphs_mu_);
+  ++graph_refs_[graph->id()];
+  return absl::OkStatus();
+}
+
 void BackendRunner::RemoveGraph(const std::string& graph_id) {
+  {
+    absl::MutexLock lock(&graphs_mu_);
+    auto it = graph_refs_.find(graph_id);
+    if (it == graph_refs_.end() || --it->second > 0) return;
+    graph_refs_.erase(it);
+  }
   executables_.EraseIf([&](const PlanKey& key) { return key.graph_id == graph_id; });
 }
 
