@@ -27,6 +27,10 @@ class BackendRunner : public RequestRunner {
   // extra reference released at once) keeps the executables compiled for it.
   absl::Status AddGraph(const std::shared_ptr<const Graph>& graph) override;
   void RemoveGraph(const std::string& graph_id) override;
+  // Compiles the executable on the calling thread: the CPU keeps one per
+  // (graph, shape) for all its workers.
+  absl::Status Warm(const std::shared_ptr<const Graph>& graph, const Shape& input_shape,
+                    const CancelCheck& cancelled) override;
   void Submit(InferCall call) override;
   void SubmitBatch(InferBatch batch) override;
   int concurrency() const override { return executor_.threads(); }

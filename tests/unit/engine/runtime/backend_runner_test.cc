@@ -1,7 +1,9 @@
 // BackendRunner's graph references (RequestRunner's contract: each AddGraph
 // is matched by one RemoveGraph): an identical graph loaded again, whose
 // extra reference is released at once, keeps the executables compiled for
-// the first; the last release drops them.
+// the first; the last release drops them. Warm compiles a shape's executable
+// before its first request, refuses a shape the graph cannot take, and
+// stops when cancelled.
 #include "engine/runtime/backend_runner.h"
 
 #include <memory>
@@ -64,6 +66,26 @@ TEST(BackendRunnerTest, ExecutablesLastUntilTheLastReferenceIsReleased) {
 
   runner.RemoveGraph(graph->id());
   EXPECT_EQ(runner.Stats().plans.entries, 0);
+}
+
+TEST(BackendRunnerTest, WarmCompilesBeforeTheFirstRequest) {
+  absl::StatusOr<std::unique_ptr<CpuBackend>> cpu = CpuBackend::Create({});
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  BackendRunner runner(*std::move(cpu), RequestExecutorOptions());
+  const std::shared_ptr<const Graph> graph = SmallGraph();
+  ASSERT_TRUE(runner.AddGraph(graph).ok());
+  ASSERT_TRUE(runner.Warm(graph, {1, 3, 8, 8}, nullptr).ok());
+  EXPECT_EQ(runner.Stats().plans.misses, 1);
+  ASSERT_TRUE(RunOnce(runner, graph).ok());
+  EXPECT_EQ(runner.Stats().plans.misses, 1) << "the warmed shape's first request compiled";
+  EXPECT_EQ(runner.Stats().plans.hits, 1);
+
+  const absl::Status too_small = runner.Warm(graph, {1, 3, 2, 2}, nullptr);
+  EXPECT_EQ(too_small.code(), absl::StatusCode::kInvalidArgument) << too_small;
+  const absl::Status stopped = runner.Warm(graph, {1, 3, 9, 9}, [] { return true; });
+  EXPECT_EQ(stopped.code(), absl::StatusCode::kCancelled) << stopped;
+  EXPECT_EQ(runner.Stats().plans.entries, 1);
+  runner.RemoveGraph(graph->id());
 }
 
 }  // namespace
