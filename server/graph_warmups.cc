@@ -87,16 +87,41 @@ void GraphWarmups::Run(std::shared_ptr<Entry> entry) {
     first = entry->next;
   }
   const CancelCheck stopped = [&entry] { return entry->stop.load(); };
+  WarmupEvent event;
+  event.graph = name;
+  bool stopped_early = false;
+  size_t warmed = 0;
+  std::vector<EndCallback> waiting;
+  absl::StatusOr<WarmupStatus> ended;
   while (true) {
     Shape shape;
     {
       absl::MutexLock lock(&mu_);
-      if (entry->next >= entry->shapes.size() || entry->stop.load()) break;
+      if (entry->next >= entry->shapes.size() || entry->stop.load()) {
+        // The run ends in the critical section that found no more work: a
+        // Start that saw it running has had its shapes taken by this loop.
+        stopped_early = entry->stop.load();
+        if (stopped_early && !entry->removed) {
+          for (; entry->next < entry->shapes.size(); ++entry->next) {
+            entry->errors.push_back(
+                absl::StrCat("input ", ShapeToString(entry->shapes[entry->next]),
+                             ": not warmed up: the server is shutting down"));
+          }
+        }
+        event.seconds = absl::ToDoubleSeconds(absl::Now() - entry->run_start);
+        entry->seconds += event.seconds;
+        event.ok = entry->errors.size() == errors_before;
+        warmed = entry->next - first;
+        entry->running = false;
+        waiting.swap(entry->waiting);
+        ended = EndedLocked(*entry);
+        break;
+      }
       shape = entry->shapes[entry->next++];
     }
     const absl::Time start = absl::Now();
     const absl::Status status = runner_->Warm(entry->graph, shape, stopped);
-    if (entry->stop.load()) break;
+    if (entry->stop.load()) continue;  // ends the run above
     if (status.ok()) {
       spdlog::info("graph '{}': plans for input {} built on every device in {:.1f} ms", name,
                    ShapeToString(shape), absl::ToDoubleMilliseconds(absl::Now() - start));
@@ -106,29 +131,6 @@ void GraphWarmups::Run(std::shared_ptr<Entry> entry) {
                   status.ToString());
     absl::MutexLock lock(&mu_);
     entry->errors.push_back(absl::StrCat("input ", ShapeToString(shape), ": ", status.ToString()));
-  }
-  WarmupEvent event;
-  event.graph = name;
-  bool stopped_early = false;
-  size_t warmed = 0;
-  std::vector<EndCallback> waiting;
-  absl::StatusOr<WarmupStatus> ended;
-  {
-    absl::MutexLock lock(&mu_);
-    stopped_early = entry->stop.load();
-    if (stopped_early && !entry->removed) {
-      for (; entry->next < entry->shapes.size(); ++entry->next) {
-        entry->errors.push_back(absl::StrCat("input ", ShapeToString(entry->shapes[entry->next]),
-                                             ": not warmed up: the server is shutting down"));
-      }
-    }
-    event.seconds = absl::ToDoubleSeconds(absl::Now() - entry->run_start);
-    entry->seconds += event.seconds;
-    event.ok = entry->errors.size() == errors_before;
-    warmed = entry->next - first;
-    entry->running = false;
-    waiting.swap(entry->waiting);
-    ended = EndedLocked(*entry);
   }
   // Logged and observed before the waiters hear of it: a client answered
   // READY finds the warm-up on /metrics.
