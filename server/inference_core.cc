@@ -53,6 +53,10 @@ std::string DescribeBatching(const DynamicBatchingOptions& b) {
                                          absl::StrJoin(b.preferred_batch_sizes, ",")));
 }
 
+// Warm-up shapes one LoadGraph may name: each costs a plan per layer on
+// every worker of every GPU (and an engine search on a fresh store).
+constexpr size_t kMaxWarmupShapes = 64;
+
 }  // namespace
 
 absl::StatusOr<std::vector<Shape>> InferenceCore::WarmupShapes(
@@ -65,6 +69,12 @@ absl::StatusOr<std::vector<Shape>> InferenceCore::WarmupShapes(
           " shape(s): drop warmup.disabled or warmup.shapes"));
     }
     return std::vector<Shape>();
+  }
+  if (warmup.shapes.size() > kMaxWarmupShapes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "warmup of graph '", graph.name(), "' names ", warmup.shapes.size(),
+        " shapes; at most ", kMaxWarmupShapes, " are warmed up at load (the others build their "
+        "plans on first use)"));
   }
   std::vector<Shape> inputs;
   // Server defaults that do not fit this graph: the warm-up reports them

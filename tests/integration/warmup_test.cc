@@ -190,6 +190,12 @@ TEST(WarmupTest, RequestedShapesThatDoNotFitAreRefusedAndLoadNothing) {
     EXPECT_THAT(std::string(loaded.status().message()), HasSubstr(c.names));
     EXPECT_EQ(client.GetGraph("bad").status().code(), absl::StatusCode::kNotFound);
   }
+  std::vector<std::vector<int64_t>> many;
+  for (int64_t h = 8; h < 8 + 65; ++h) many.push_back({1, 3, h, 8});
+  absl::StatusOr<v1::LoadGraphResponse> too_many = client.LoadGraph(LoadRequest("bad", many));
+  ASSERT_FALSE(too_many.ok());
+  EXPECT_EQ(too_many.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(too_many.status().message()), HasSubstr("names 65 shapes; at most 64"));
   v1::LoadGraphRequest both = LoadRequest("bad", {{1, 3, 8, 8}});
   both.mutable_warmup()->set_disabled(true);
   absl::StatusOr<v1::LoadGraphResponse> loaded = client.LoadGraph(both);
