@@ -46,7 +46,7 @@ absl::StatusOr<v1::LoadGraphResponse> ConvServeClient::LoadGraph(const v1::Graph
 absl::StatusOr<v1::LoadGraphResponse> ConvServeClient::LoadGraph(
     const v1::LoadGraphRequest& request) {
   grpc::ClientContext context;
-  Prepare(&context);
+  context.set_deadline(std::chrono::system_clock::now() + options_.load_graph_timeout);
   AddGraphManagementToken(&context);
   v1::LoadGraphResponse response;
   grpc::Status status = convserve_->LoadGraph(&context, request, &response);
@@ -111,6 +111,26 @@ absl::StatusOr<bool> ConvServeClient::ServerLive() {
   grpc::Status status = kserve_->ServerLive(&context, inference::ServerLiveRequest(), &response);
   if (!status.ok()) return FromGrpcStatus(status);
   return response.live();
+}
+
+absl::StatusOr<bool> ConvServeClient::ServerReady() {
+  grpc::ClientContext context;
+  Prepare(&context);
+  inference::ServerReadyResponse response;
+  grpc::Status status = kserve_->ServerReady(&context, inference::ServerReadyRequest(), &response);
+  if (!status.ok()) return FromGrpcStatus(status);
+  return response.ready();
+}
+
+absl::StatusOr<bool> ConvServeClient::ModelReady(const std::string& model) {
+  grpc::ClientContext context;
+  Prepare(&context);
+  inference::ModelReadyRequest request;
+  request.set_name(model);
+  inference::ModelReadyResponse response;
+  grpc::Status status = kserve_->ModelReady(&context, request, &response);
+  if (!status.ok()) return FromGrpcStatus(status);
+  return response.ready();
 }
 
 absl::StatusOr<inference::ModelMetadataResponse> ConvServeClient::ModelMetadata(

@@ -28,8 +28,11 @@ struct ClientOptions {
   std::string load_balancing_policy;
   // Largest message sent or received.
   int max_message_bytes = 256 << 20;
-  // Deadline of each call.
+  // Deadline of each call but LoadGraph.
   std::chrono::milliseconds timeout{60000};
+  // Deadline of LoadGraph, which waits for the graph's warm-up (plans built
+  // on every GPU; engine searches may take minutes on a fresh plan store).
+  std::chrono::milliseconds load_graph_timeout{600000};
   // TLS or mutual TLS; plain text by default.
   ClientTlsOptions tls;
   // Sent as `authorization: Bearer <token>` on LoadGraph and UnloadGraph
@@ -52,6 +55,10 @@ class ConvServeClient {
   absl::StatusOr<v1::GetStatisticsResponse> GetStatistics(const std::string& graph);
 
   absl::StatusOr<bool> ServerLive();
+  // KServe readiness: false while a graph warms up (ServerReady) or for a
+  // graph that is not loaded or not READY (ModelReady).
+  absl::StatusOr<bool> ServerReady();
+  absl::StatusOr<bool> ModelReady(const std::string& model);
   absl::StatusOr<inference::ModelMetadataResponse> ModelMetadata(const std::string& model);
   absl::StatusOr<inference::ModelInferResponse> ModelInfer(
       const inference::ModelInferRequest& request);

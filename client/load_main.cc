@@ -40,6 +40,11 @@ ABSL_FLAG(bool, fill_bias, true, "also fill empty biases from --seed");
 ABSL_FLAG(std::string, input_shape, "",
           "logical input dims N,C,H,W (N,C,D,H,W for 3-D); default 1,C,32,32");
 ABSL_FLAG(int64_t, batch, 0, "when > 0, the batch size N (replaces N of --input_shape)");
+ABSL_FLAG(std::string, warmup_shapes, "input",
+          "warm-up at load of the --graph_file graph (LoadGraph waits until plans for these "
+          "shapes are built on every GPU of the server): input (the shape this run sends), "
+          "server (the server's --warmup_shapes), none, or N:HxW entries such as 1:56x56,8:56x56 "
+          "(C from the graph)");
 ABSL_FLAG(uint64_t, input_seed, 7, "seed of the random input tensor");
 ABSL_FLAG(std::string, input_file, "", "raw input bytes instead of a random tensor");
 ABSL_FLAG(std::string, save_input, "", "write the input bytes sent to this file");
@@ -129,6 +134,10 @@ absl::StatusOr<LoadSessionOptions> SessionOptionsFromFlags(const LoadOptions* lo
     options.input_shape = *shape;
   }
   options.batch = absl::GetFlag(FLAGS_batch);
+  absl::StatusOr<LoadWarmup> warmup =
+      ParseLoadWarmup(absl::GetFlag(FLAGS_warmup_shapes), &options.warmup_sizes);
+  if (!warmup.ok()) return warmup.status();
+  options.warmup = *warmup;
   options.input_seed = absl::GetFlag(FLAGS_input_seed);
   options.input_file = absl::GetFlag(FLAGS_input_file);
   absl::StatusOr<SharedMemoryKind> shared_memory =

@@ -6,6 +6,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "client/graph_file.h"
 #include "client/kserve_request_sender.h"
@@ -50,26 +51,108 @@ absl::Status AdminClients(const ServerPool& pool, const ClientOptions& base,
   return absl::OkStatus();
 }
 
+// A graph file may leave spatial_rank 0: the layout's then.
+int SpatialRank(const v1::GraphDef& def) {
+  if (def.spatial_rank() > 0) return def.spatial_rank();
+  return def.layout() == v1::NCDHW || def.layout() == v1::NDHWC ? 3 : 2;
+}
+
+// The input shape of the run: --input_shape (N replaced by --batch), or
+// 1, C, 32, 32(, 32).
+std::vector<int64_t> RunInputShape(const v1::GraphDef& def, const LoadSessionOptions& options) {
+  std::vector<int64_t> shape;
+  if (options.input_shape.empty()) {
+    shape = {1, def.input_channels()};
+    shape.resize(2 + SpatialRank(def), 32);
+  } else {
+    shape = options.input_shape;
+  }
+  if (options.batch > 0 && !shape.empty()) shape[0] = options.batch;
+  return shape;
+}
+
+// The warm-up part of the LoadGraph request (--warmup_shapes).
+absl::Status SetWarmup(const LoadSessionOptions& options, const v1::GraphDef& def,
+                       v1::LoadGraphRequest* request) {
+  const auto add = [request](const std::vector<int64_t>& dims) {
+    v1::TensorShape* shape = request->mutable_warmup()->add_shapes();
+    for (int64_t d : dims) shape->add_dims(d);
+  };
+  switch (options.warmup) {
+    case LoadWarmup::kServer:
+      return absl::OkStatus();
+    case LoadWarmup::kNone:
+      request->mutable_warmup()->set_disabled(true);
+      return absl::OkStatus();
+    case LoadWarmup::kInput:
+      add(RunInputShape(def, options));
+      return absl::OkStatus();
+    case LoadWarmup::kList:
+      for (const WarmupSize& size : options.warmup_sizes) {
+        const int rank = SpatialRank(def);
+        if (static_cast<int>(size.spatial.size()) != rank) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "--warmup_shapes entry ", WarmupSizeToString(size), " has ", size.spatial.size(),
+              " spatial dims; graph '", def.name(), "' has ", rank));
+        }
+        std::vector<int64_t> dims = {size.batch, def.input_channels()};
+        dims.insert(dims.end(), size.spatial.begin(), size.spatial.end());
+        add(dims);
+      }
+      return absl::OkStatus();
+  }
+  return absl::OkStatus();
+}
+
+// "warmed up 2 shape(s) in 0.12 s", or what became of the warm-up.
+std::string DescribeWarmup(const v1::GraphInfo& info) {
+  if (info.warmup_shapes_size() == 0) return "";
+  switch (info.state()) {
+    case v1::GraphInfo::READY:
+      return absl::StrFormat(", warmed up %d shape(s) in %.3f s", info.warmup_shapes_size(),
+                             info.warmup_seconds());
+    case v1::GraphInfo::WARMING:
+      return ", warming up";
+    case v1::GraphInfo::FAILED:
+      return absl::StrCat(", warm-up FAILED: ", info.warmup_error());
+    default:
+      return "";
+  }
+}
+
 // Loads the graph on every server. Behind a balanced target an address that
 // does not take it is dropped from `servers` (the balancer skips what it
-// cannot reach too), as long as one took it.
+// cannot reach too), as long as one took it. A warm-up this run asked for
+// that failed fails the run (its requests would fail the same way).
 absl::Status LoadOnEveryServer(const ServerPool& pool, const v1::GraphDef& graph,
+                               const LoadSessionOptions& options,
                                const std::function<void(const std::string&)>& log,
                                std::vector<ConvServeClient*>* servers) {
   const bool several = servers->size() > 1 || pool.balanced();
+  v1::LoadGraphRequest request;
+  *request.mutable_graph() = graph;
+  absl::Status warmup = SetWarmup(options, graph, &request);
+  if (!warmup.ok()) return warmup;
   std::vector<ConvServeClient*> loaded;
   for (ConvServeClient* client : *servers) {
-    absl::StatusOr<v1::LoadGraphResponse> response = client->LoadGraph(graph);
+    absl::StatusOr<v1::LoadGraphResponse> response = client->LoadGraph(request);
     if (!response.ok()) {
       if (!pool.balanced()) return Annotate("LoadGraph", response.status());
       log(absl::StrCat("could not load graph '", graph.name(), "' on ", client->options().address,
                        ": ", response.status().ToString()));
       continue;
     }
-    loaded.push_back(client);
     log(absl::StrCat("loaded graph '", graph.name(), "' id=", response->graph_id(),
                      response->already_loaded() ? " (already loaded)" : "",
-                     several ? " on " + client->options().address : ""));
+                     several ? " on " + client->options().address : "",
+                     DescribeWarmup(response->graph())));
+    if (response->graph().state() == v1::GraphInfo::FAILED &&
+        (options.warmup == LoadWarmup::kInput || options.warmup == LoadWarmup::kList)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("LoadGraph: the warm-up of graph '", graph.name(), "' on ",
+                       client->options().address, " failed: ", response->graph().warmup_error()));
+    }
+    loaded.push_back(client);
   }
   if (loaded.empty()) {
     return absl::UnavailableError(
@@ -80,6 +163,25 @@ absl::Status LoadOnEveryServer(const ServerPool& pool, const v1::GraphDef& graph
 }
 
 }  // namespace
+
+absl::StatusOr<LoadWarmup> ParseLoadWarmup(const std::string& text,
+                                           std::vector<WarmupSize>* sizes) {
+  sizes->clear();
+  if (text == "input") return LoadWarmup::kInput;
+  if (text == "server") return LoadWarmup::kServer;
+  if (text == "none") return LoadWarmup::kNone;
+  absl::StatusOr<std::vector<WarmupSize>> parsed = ParseWarmupSizes(text);
+  if (!parsed.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--warmup_shapes is input, server, none or a list of N:HxW: ", parsed.status().message()));
+  }
+  if (parsed->empty()) {
+    return absl::InvalidArgumentError(
+        "--warmup_shapes is empty; give input, server, none or a list of N:HxW");
+  }
+  *sizes = *std::move(parsed);
+  return LoadWarmup::kList;
+}
 
 absl::StatusOr<std::vector<int64_t>> ParseShape(const std::string& text) {
   std::vector<int64_t> shape;
@@ -142,7 +244,7 @@ absl::StatusOr<std::unique_ptr<LoadSession>> LoadSession::Create(
     if (!graph.ok()) return Annotate("reading the graph", graph.status());
     absl::Status filled = FillParameters(options.seed, options.fill_bias, &*graph);
     if (!filled.ok()) return Annotate("filling parameters", filled);
-    absl::Status loaded_all = LoadOnEveryServer(**pool, *graph, log, &servers);
+    absl::Status loaded_all = LoadOnEveryServer(**pool, *graph, options, log, &servers);
     if (!loaded_all.ok()) return loaded_all;
     input.graph = graph->name();
     loaded = *std::move(graph);
@@ -152,13 +254,7 @@ absl::StatusOr<std::unique_ptr<LoadSession>> LoadSession::Create(
   input.definition = info->definition();
 
   const v1::GraphDef& def = input.definition;
-  if (options.input_shape.empty()) {
-    input.shape = {1, def.input_channels()};
-    input.shape.resize(2 + def.spatial_rank(), 32);
-  } else {
-    input.shape = options.input_shape;
-  }
-  if (options.batch > 0 && !input.shape.empty()) input.shape[0] = options.batch;
+  input.shape = RunInputShape(def, options);
   int64_t count = 1;
   for (int64_t d : input.shape) count *= d;
   if (!options.input_file.empty()) {

@@ -22,8 +22,26 @@
 #include "client/output_verifier.h"
 #include "client/server_pool.h"
 #include "client/shared_memory_tensors.h"
+#include "engine/runtime/warmup_shapes.h"
 
 namespace convserve {
+
+// What --warmup_shapes asks of the server's warm-up at load.
+enum class LoadWarmup {
+  // The shape this run sends (its first request then builds no plan).
+  kInput,
+  // LoadGraph names none: the server's --warmup_shapes decide.
+  kServer,
+  // No warm-up, not even the server's.
+  kNone,
+  // The sizes in LoadSessionOptions::warmup_sizes.
+  kList,
+};
+
+// Parses --warmup_shapes: input, server, none, or N:HxW entries
+// (engine/runtime/warmup_shapes.h) into `sizes`.
+absl::StatusOr<LoadWarmup> ParseLoadWarmup(const std::string& text,
+                                           std::vector<WarmupSize>* sizes);
 
 struct LoadSessionOptions {
   // --server: host:port[,host:port...] or a resolver target (server_pool.h).
@@ -39,6 +57,10 @@ struct LoadSessionOptions {
   std::vector<int64_t> input_shape;
   // When > 0, replaces N of the input shape.
   int64_t batch = 0;
+  // Warm-up at load of the graph file's graph (LoadGraph waits for it).
+  LoadWarmup warmup = LoadWarmup::kInput;
+  // kList: N and spatial dims of each shape, C the graph's.
+  std::vector<WarmupSize> warmup_sizes;
   // Random input from this seed, unless input_file names raw bytes.
   uint64_t input_seed = 7;
   std::string input_file;

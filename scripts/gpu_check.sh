@@ -11,7 +11,7 @@ mkdir -p "$out"
 export LD_LIBRARY_PATH="$PWD/$bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export CONVSERVE_SOURCE_DIR="$PWD"
 bin="$bundle/bin"
-steps="${STEPS:-tests graphs batching fault oracle runtime server bench}"
+steps="${STEPS:-tests graphs batching warmup fault oracle runtime server bench}"
 
 nvidia-smi -L | tee "$out/device.txt"
 summary=()
@@ -50,6 +50,19 @@ if [[ " $steps " == *" batching "* ]]; then
   summary+=("dynamic_batching_gpu_test rc=$rc $(grep -E '^\[  PASSED  \]|FAILED TEST' "$out/dynamic_batching_gpu_test.log" | tr '\n' ' ')")
   BUNDLE="$bundle" OUT="$out/batching" bash scripts/bench_batching.sh | tee "$out/bench_batching.txt"
   summary+=("bench_batching: $(grep -E ' vs off: ' "$out/bench_batching.txt" | tr '\n' ' ')")
+fi
+
+if [[ " $steps " == *" warmup "* ]]; then
+  # Warm-up at load: after LoadGraph every worker of every GPU has the
+  # plans, so the first requests build none; a restart on the plan store
+  # warms up without searching. Then the cold-start benchmark, whose last
+  # row is the restart with warm-up at load (docs/runtime.md).
+  timeout 420 "$bin/warmup_gpu_test" > "$out/warmup_gpu_test.log" 2>&1
+  rc=$?
+  grep -E "^warm-up:|^run [0-9]|FAILED|Failure" "$out/warmup_gpu_test.log" | head -20
+  summary+=("warmup_gpu_test rc=$rc $(grep -E '^\[  PASSED  \]|FAILED TEST' "$out/warmup_gpu_test.log" | tr '\n' ' ')")
+  BUNDLE="$bundle" OUT="$out/cold_start" bash scripts/bench_cold_start.sh | tee "$out/bench_cold_start.txt"
+  summary+=("bench_cold_start: $(grep -E 'vs cold: ' "$out/bench_cold_start.txt" | tr '\n' ' ')")
 fi
 
 if [[ " $steps " == *" fault "* ]]; then

@@ -21,6 +21,42 @@ absl::Status RequireGraphName(const std::string& graph) {
   return absl::OkStatus();
 }
 
+v1::GraphInfo::State StateToProto(WarmupState state) {
+  switch (state) {
+    case WarmupState::kWarming:
+      return v1::GraphInfo::WARMING;
+    case WarmupState::kReady:
+      return v1::GraphInfo::READY;
+    case WarmupState::kFailed:
+      return v1::GraphInfo::FAILED;
+  }
+  return v1::GraphInfo::STATE_UNSPECIFIED;
+}
+
+// GetGraph's view of a loaded graph: its definition, batching and warm-up.
+void FillGraphInfo(const InferenceCore& core, const Graph& graph, v1::GraphInfo* info) {
+  const std::optional<DynamicBatchingOptions> batching = core.Batching(graph.id());
+  GraphInfoToProto(graph, info, batching ? &*batching : nullptr);
+  const WarmupStatus warmup = core.WarmupOf(graph.id());
+  info->set_state(StateToProto(warmup.state));
+  for (const Shape& shape : warmup.shapes) {
+    v1::TensorShape* proto = info->add_warmup_shapes();
+    for (int64_t dim : shape) proto->add_dims(dim);
+  }
+  info->set_warmup_seconds(warmup.seconds);
+  info->set_warmup_error(warmup.error);
+}
+
+WarmupRequest WarmupFromProto(const v1::Warmup& proto) {
+  WarmupRequest warmup;
+  for (const v1::TensorShape& shape : proto.shapes()) {
+    warmup.shapes.emplace_back(shape.dims().begin(), shape.dims().end());
+  }
+  warmup.disabled = proto.disabled();
+  warmup.wait = !proto.return_before_ready();
+  return warmup;
+}
+
 }  // namespace
 
 grpc::ServerUnaryReactor* ConvServeService::LoadGraph(grpc::CallbackServerContext* context,
@@ -37,12 +73,27 @@ grpc::ServerUnaryReactor* ConvServeService::LoadGraph(grpc::CallbackServerContex
   if (request->has_dynamic_batching()) {
     batching = DynamicBatchingFromProto(request->dynamic_batching(), core_->default_batching());
   }
+  // The warm-up is waited for without holding this gRPC thread: the call
+  // is answered from the warm-up's thread as it ends.
+  WarmupRequest warmup = WarmupFromProto(request->warmup());
+  const bool wait = warmup.wait;
+  warmup.wait = false;
   absl::StatusOr<GraphRegistry::AddResult> added =
-      core_->LoadGraph(*std::move(spec), std::move(batching));
+      core_->LoadGraph(*std::move(spec), std::move(batching), warmup);
   if (!added.ok()) return Finish(context, added.status());
   response->set_graph_id(added->graph->id());
   response->set_already_loaded(added->already_loaded);
-  return Finish(context, absl::OkStatus());
+  if (!wait) {
+    FillGraphInfo(*core_, *added->graph, response->mutable_graph());
+    return Finish(context, absl::OkStatus());
+  }
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  core_->WhenWarmedUp(added->graph->id(), [this, reactor, response, graph = added->graph](
+                                              absl::StatusOr<WarmupStatus> ended) {
+    if (ended.ok()) FillGraphInfo(*core_, *graph, response->mutable_graph());
+    reactor->Finish(ToGrpcStatus(ended.status()));
+  });
+  return reactor;
 }
 
 grpc::ServerUnaryReactor* ConvServeService::UnloadGraph(grpc::CallbackServerContext* context,
@@ -57,10 +108,7 @@ grpc::ServerUnaryReactor* ConvServeService::UnloadGraph(grpc::CallbackServerCont
 grpc::ServerUnaryReactor* ConvServeService::ListGraphs(grpc::CallbackServerContext* context,
                                                        const v1::ListGraphsRequest* /*request*/,
                                                        v1::ListGraphsResponse* response) {
-  for (const auto& graph : core_->ListGraphs()) {
-    const std::optional<DynamicBatchingOptions> batching = core_->Batching(graph->id());
-    GraphInfoToProto(*graph, response->add_graphs(), batching ? &*batching : nullptr);
-  }
+  for (const auto& graph : core_->ListGraphs()) FillGraphInfo(*core_, *graph, response->add_graphs());
   return Finish(context, absl::OkStatus());
 }
 
@@ -71,8 +119,7 @@ grpc::ServerUnaryReactor* ConvServeService::GetGraph(grpc::CallbackServerContext
   if (!status.ok()) return Finish(context, status);
   absl::StatusOr<std::shared_ptr<const Graph>> graph = core_->FindGraph(request->graph());
   if (!graph.ok()) return Finish(context, graph.status());
-  const std::optional<DynamicBatchingOptions> batching = core_->Batching((*graph)->id());
-  GraphInfoToProto(**graph, response->mutable_graph(), batching ? &*batching : nullptr);
+  FillGraphInfo(*core_, **graph, response->mutable_graph());
   return Finish(context, absl::OkStatus());
 }
 

@@ -29,6 +29,13 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(const GrpcServerOp
             refusal_metrics->GraphManagementRefused(rpc, reason);
           });
   if (!management.ok()) return management.status();
+  // Before the graph directory loads: its graphs' warm-ups and plan builds
+  // are counted too.
+  ServerMetrics* early_metrics = metrics->get();
+  core->set_warmup_observer(
+      [early_metrics](const WarmupEvent& event) { early_metrics->GraphWarmedUp(event); });
+  core->set_plan_build_observer(
+      [early_metrics](const PlanBuildEvent& event) { early_metrics->PlanBuilt(event); });
   std::unique_ptr<GraphRepository> repository;
   if (!options.graph_dir.empty()) {
     absl::StatusOr<std::unique_ptr<GraphRepository>> opened =
@@ -36,7 +43,11 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(const GrpcServerOp
     if (!opened.ok()) return opened.status();
     // Before the port opens: a ready server has all its graphs.
     absl::Status loaded = (*opened)->LoadAll(core);
-    if (!loaded.ok()) return loaded;
+    if (!loaded.ok()) {
+      core->set_warmup_observer(nullptr);  // the metrics go with this failed start
+      core->set_plan_build_observer(nullptr);
+      return loaded;
+    }
     repository = *std::move(opened);
   }
   if ((*management)->mode() == GraphManagementMode::kToken && !TlsEnabled(options.tls)) {
@@ -49,8 +60,6 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(const GrpcServerOp
       new GrpcServer(core, *std::move(metrics), options.shared_memory, *std::move(management),
                      std::move(repository)));
   ServerMetrics* raw_metrics = server->metrics_.get();
-  core->set_plan_build_observer(
-      [raw_metrics](const PlanBuildEvent& event) { raw_metrics->PlanBuilt(event); });
   core->set_execution_observer(
       [raw_metrics](const ExecutionEvent& event) { raw_metrics->ExecutionFinished(event); });
   GrpcServer* raw_server = server.get();
@@ -81,6 +90,7 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(const GrpcServerOp
 GrpcServer::~GrpcServer() {
   Shutdown(absl::ZeroDuration());
   core_->set_plan_build_observer(nullptr);  // the metrics go with this server
+  core_->set_warmup_observer(nullptr);
   core_->set_execution_observer(nullptr);
   core_->set_device_failure_observer(nullptr);
 }

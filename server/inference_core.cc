@@ -53,10 +53,76 @@ std::string DescribeBatching(const DynamicBatchingOptions& b) {
                                          absl::StrJoin(b.preferred_batch_sizes, ",")));
 }
 
+// Warm-up shapes one LoadGraph may name: each costs a plan per layer on
+// every worker of every GPU (and an engine search on a fresh store).
+constexpr size_t kMaxWarmupShapes = 64;
+
 }  // namespace
 
+absl::StatusOr<std::vector<Shape>> InferenceCore::WarmupShapes(
+    const Graph& graph, const WarmupRequest& warmup,
+    const DynamicBatchingOptions& batching) const {
+  if (warmup.disabled) {
+    if (!warmup.shapes.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "warmup of graph '", graph.name(), "' is disabled but names ", warmup.shapes.size(),
+          " shape(s): drop warmup.disabled or warmup.shapes"));
+    }
+    return std::vector<Shape>();
+  }
+  if (warmup.shapes.size() > kMaxWarmupShapes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "warmup of graph '", graph.name(), "' names ", warmup.shapes.size(),
+        " shapes; at most ", kMaxWarmupShapes, " are warmed up at load (the others build their "
+        "plans on first use)"));
+  }
+  std::vector<Shape> inputs;
+  // Server defaults that do not fit this graph: the warm-up reports them
+  // (the graph turns FAILED), the LoadGraph is not refused for the server's
+  // setting.
+  std::vector<Shape> unfit;
+  const size_t rank = static_cast<size_t>(graph.spatial_rank());
+  for (size_t i = 0; i < warmup.shapes.size(); ++i) {
+    const Shape& shape = warmup.shapes[i];
+    const std::string what =
+        absl::StrCat("warmup.shapes[", i, "] ", ShapeToString(shape), " of graph '", graph.name(),
+                     "'");
+    if (shape.size() != rank + 2) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, " has ", shape.size(), " dims; the graph takes ", rank + 2,
+          rank == 2 ? " (N, C, H, W" : " (N, C, D, H, W", ", logical whatever the layout)"));
+    }
+    if (shape[1] != graph.spec().input_channels) {
+      return absl::InvalidArgumentError(absl::StrCat(what, " has C=", shape[1],
+                                                     "; the graph's input_channels is ",
+                                                     graph.spec().input_channels));
+    }
+    absl::StatusOr<std::vector<Shape>> outputs = graph.InferShapes(shape);
+    absl::Status fits = outputs.status();
+    if (fits.ok()) {
+      fits = CheckRequestFlops(graph, shape, RequestFlops(graph, *outputs),
+                               options_.max_request_flops);
+    }
+    if (!fits.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(what, ": ", fits.message()));
+    }
+    inputs.push_back(shape);
+  }
+  if (warmup.shapes.empty()) {
+    for (const WarmupSize& size : options_.default_warmup) {
+      absl::StatusOr<Shape> shape = WarmupInputShape(graph, size);
+      if (!shape.ok()) continue;  // a size for graphs of another spatial rank
+      (graph.InferShapes(*shape).ok() ? inputs : unfit).push_back(*std::move(shape));
+    }
+  }
+  std::vector<Shape> shapes = WarmupExecutionShapes(inputs, batching);
+  shapes.insert(shapes.end(), unfit.begin(), unfit.end());
+  return shapes;
+}
+
 absl::StatusOr<GraphRegistry::AddResult> InferenceCore::LoadGraph(
-    GraphSpec spec, std::optional<DynamicBatchingOptions> requested) {
+    GraphSpec spec, std::optional<DynamicBatchingOptions> requested,
+    const WarmupRequest& warmup) {
   const DynamicBatchingOptions batching = requested.value_or(options_.default_batching);
   absl::Status valid = ValidateDynamicBatching(batching);
   if (!valid.ok()) {
@@ -65,6 +131,19 @@ absl::StatusOr<GraphRegistry::AddResult> InferenceCore::LoadGraph(
   }
   ASSIGN_OR_RETURN(std::shared_ptr<const Graph> graph,
                    Graph::Create(std::move(spec), options_.graph_limits));
+  ASSIGN_OR_RETURN(const std::vector<Shape> warmup_shapes,
+                   WarmupShapes(*graph, warmup, batching));
+  // Warms up the graph as registered (after the checks below), and waits
+  // when asked to.
+  const auto warm_up = [&](absl::StatusOr<GraphRegistry::AddResult> added)
+      -> absl::StatusOr<GraphRegistry::AddResult> {
+    if (!added.ok() || warmup_shapes.empty()) return added;
+    warmups_.Start(added->graph, warmup_shapes);
+    if (!warmup.wait) return added;
+    absl::StatusOr<WarmupStatus> warmed = warmups_.Wait(added->graph->id());
+    if (!warmed.ok()) return warmed.status();
+    return added;
+  };
   // Prepare first (weights to every GPU), so a graph is never listed before
   // it can run; the runner counts references, so an identical graph loaded
   // twice, or a refused one, just releases its extra reference.
@@ -88,7 +167,7 @@ absl::StatusOr<GraphRegistry::AddResult> InferenceCore::LoadGraph(
           "; this LoadGraph asks for ", DescribeBatching(batching),
           ": unload it first to change its batching"));
     }
-    return added;
+    return warm_up(std::move(added));
   }
   if (batching.max_batch_size > 0) {
     absl::StatusOr<std::unique_ptr<DynamicBatcher>> batcher =
@@ -104,7 +183,7 @@ absl::StatusOr<GraphRegistry::AddResult> InferenceCore::LoadGraph(
   spdlog::info("graph loaded: '{}' id {}, {} layers, {} parameter bytes, {}", graph->name(),
                graph->id(), graph->spec().layers.size(), graph->parameter_bytes(),
                DescribeBatching(batching));
-  return added;
+  return warm_up(std::move(added));
 }
 
 std::optional<DynamicBatchingOptions> InferenceCore::Batching(const std::string& graph_id) const {
@@ -129,6 +208,9 @@ absl::Status InferenceCore::UnloadGraph(const std::string& name_or_id) {
   // Requests waiting for batch-mates go to the runner before it drops the
   // graph, so they run as requests already queued do.
   if (batcher != nullptr) batcher->Close();
+  // Its warm-up stops first, so no plan of the graph is built after the
+  // runner drops them.
+  warmups_.Remove(graph->id());
   runner_->RemoveGraph(graph->id());
   spdlog::info("graph unloaded: '{}' id {}", graph->name(), graph->id());
   return absl::OkStatus();
@@ -248,7 +330,11 @@ void InferenceCore::Drain() {
     for (const auto& [id, batcher] : batchers_) batchers.push_back(batcher);
   }
   for (const auto& batcher : batchers) batcher->Close();
+  // Warm-ups stop after the plan each is building (the runner's drain
+  // cancels engine searches); LoadGraphs waiting for one are answered.
+  warmups_.Stop();
   runner_->Drain();
+  warmups_.Join();
 }
 
 }  // namespace convserve

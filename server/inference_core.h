@@ -21,7 +21,9 @@
 #include "engine/runtime/infer_call.h"
 #include "engine/runtime/request_executor.h"
 #include "engine/runtime/request_runner.h"
+#include "engine/runtime/warmup_shapes.h"
 #include "server/graph_registry.h"
+#include "server/graph_warmups.h"
 
 namespace convserve {
 
@@ -38,6 +40,19 @@ struct InferenceCoreOptions {
   // Floating-point operations one request may cost (engine/compute_cost.h);
   // a costlier one is INVALID_ARGUMENT before it queues. 0: no limit.
   double max_request_flops = 0;
+  // Warm-up of a graph whose LoadGraph names no shapes (--warmup_shapes);
+  // each graph takes the sizes of its spatial rank. Empty: none.
+  std::vector<WarmupSize> default_warmup;
+};
+
+// What a LoadGraph asks of the warm-up (convserve.v1.Warmup).
+struct WarmupRequest {
+  // Input shapes (logical N, C, spatial); empty: the server's default sizes.
+  std::vector<Shape> shapes;
+  // No warm-up at all; `shapes` must be empty.
+  bool disabled = false;
+  // LoadGraph returns once the warm-up ended; false returns at once.
+  bool wait = true;
 };
 
 class InferenceCore {
@@ -52,8 +67,27 @@ class InferenceCore {
   // with max_batch_size > 0 puts a dynamic batcher in front of the runner
   // for it. An identical graph already loaded with other batching settings
   // is FAILED_PRECONDITION.
+  //
+  // Then warms the graph up (`warmup`; the default: the server's sizes,
+  // waiting): plans for each input shape, and for the batches formed from
+  // it, are built on every device. Shapes that do not fit the graph are
+  // INVALID_ARGUMENT before anything loads; a failed warm-up leaves the
+  // graph loaded and FAILED (WarmupOf says why). A graph already loaded warms
+  // up the shapes it had not. ABORTED when the graph is unloaded during the
+  // warm-up this call waits for.
   absl::StatusOr<GraphRegistry::AddResult> LoadGraph(
-      GraphSpec spec, std::optional<DynamicBatchingOptions> batching = std::nullopt);
+      GraphSpec spec, std::optional<DynamicBatchingOptions> batching = std::nullopt,
+      const WarmupRequest& warmup = {});
+  // The warm-up state of a loaded graph (READY with no shapes when it had
+  // nothing to warm up).
+  WarmupStatus WarmupOf(const std::string& graph_id) const { return warmups_.Get(graph_id); }
+  // Graphs warming up now.
+  int warming_graphs() const { return warmups_.warming(); }
+  // Calls `done` once the graph's warm-up has ended (at once when none is
+  // running): see GraphWarmups::WhenEnded.
+  void WhenWarmedUp(const std::string& graph_id, GraphWarmups::EndCallback done) {
+    warmups_.WhenEnded(graph_id, std::move(done));
+  }
   absl::Status UnloadGraph(const std::string& name_or_id);
   absl::StatusOr<std::shared_ptr<const Graph>> FindGraph(const std::string& name_or_id) const;
   std::vector<std::shared_ptr<const Graph>> ListGraphs() const;
@@ -79,6 +113,10 @@ class InferenceCore {
   void set_plan_build_observer(std::function<void(const PlanBuildEvent&)> observer) {
     runner_->set_plan_build_observer(std::move(observer));
   }
+  // Hears of each warm-up run that ended; before any graph is loaded.
+  void set_warmup_observer(std::function<void(const WarmupEvent&)> observer) {
+    warmups_.set_observer(std::move(observer));
+  }
   // See RequestRunner::set_execution_observer; before traffic starts.
   void set_execution_observer(std::function<void(const ExecutionEvent&)> observer) {
     runner_->set_execution_observer(std::move(observer));
@@ -95,11 +133,21 @@ class InferenceCore {
 
  private:
   InferenceCore(const InferenceCoreOptions& options, std::unique_ptr<RequestRunner> runner)
-      : options_(options), runner_(std::move(runner)), registry_(options.registry) {}
+      : options_(options),
+        runner_(std::move(runner)),
+        registry_(options.registry),
+        warmups_(runner_.get()) {}
+
+  // The execution shapes of `graph`'s warm-up; INVALID_ARGUMENT names a
+  // requested shape that no request of the graph could have.
+  absl::StatusOr<std::vector<Shape>> WarmupShapes(const Graph& graph, const WarmupRequest& warmup,
+                                                  const DynamicBatchingOptions& batching) const;
 
   const InferenceCoreOptions options_;
   const std::unique_ptr<RequestRunner> runner_;
   GraphRegistry registry_;
+  // Declared after runner_: destroyed first, since its threads use it.
+  GraphWarmups warmups_;
   // Infer checks readiness and hands the call to the runner under a reader
   // lock; Drain flips readiness under the writer lock. So every call that
   // saw the server ready reaches the runner before the runner drains, and is

@@ -77,7 +77,22 @@ grpc::ServerUnaryReactor* KServeService::RepositoryIndex(
     inference::RepositoryIndexResponse::ModelIndex* model = response->add_models();
     model->set_name(graph->name());
     model->set_version("1");
-    model->set_state("READY");
+    // Triton's states: a graph warming up is still LOADING; one whose
+    // warm-up failed is UNAVAILABLE with the reason (it serves all the same).
+    const WarmupStatus warmup = core_->WarmupOf(graph->id());
+    switch (warmup.state) {
+      case WarmupState::kWarming:
+        model->set_state("LOADING");
+        model->set_reason("warming up");
+        break;
+      case WarmupState::kFailed:
+        model->set_state("UNAVAILABLE");
+        model->set_reason(absl::StrCat("warm-up failed: ", warmup.error));
+        break;
+      case WarmupState::kReady:
+        model->set_state("READY");
+        break;
+    }
     loaded.insert(graph->name());
   }
   // The graph directory's graphs that are not loaded, as Triton lists the
@@ -120,8 +135,19 @@ grpc::ServerUnaryReactor* KServeService::RepositoryModelLoad(
     if (spec.ok()) {
       // Loading the directory's graph again is a no-op; a different graph
       // under its name stays until it is unloaded (ALREADY_EXISTS says so).
-      absl::StatusOr<GraphRegistry::AddResult> added = core_->LoadGraph(*std::move(spec));
-      return Finish(context, added.status());
+      // With --warmup_shapes, answered once the warm-up has ended (from its
+      // thread, not holding this one), as Triton answers once the model is
+      // loaded; a FAILED warm-up is reported by ModelReady and the index.
+      WarmupRequest warmup;
+      warmup.wait = false;
+      absl::StatusOr<GraphRegistry::AddResult> added =
+          core_->LoadGraph(*std::move(spec), std::nullopt, warmup);
+      if (!added.ok()) return Finish(context, added.status());
+      grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+      core_->WhenWarmedUp(added->graph->id(), [reactor](absl::StatusOr<WarmupStatus> ended) {
+        reactor->Finish(ToGrpcStatus(ended.status()));
+      });
+      return reactor;
     }
     if (!absl::IsNotFound(spec.status()) || !core_->FindGraph(name).ok()) {
       return Finish(context, spec.status());

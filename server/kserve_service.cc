@@ -44,7 +44,10 @@ grpc::ServerUnaryReactor* KServeService::ServerLive(grpc::CallbackServerContext*
 grpc::ServerUnaryReactor* KServeService::ServerReady(grpc::CallbackServerContext* context,
                                                      const inference::ServerReadyRequest*,
                                                      inference::ServerReadyResponse* response) {
-  response->set_ready(core_->ready());
+  // As Triton's strict readiness: not ready while a model is still loading
+  // (a graph warming up). A FAILED warm-up does not hold the server back;
+  // its model reports it.
+  response->set_ready(core_->ready() && core_->warming_graphs() == 0);
   return Finish(context, absl::OkStatus());
 }
 
@@ -52,7 +55,12 @@ grpc::ServerUnaryReactor* KServeService::ModelReady(grpc::CallbackServerContext*
                                                     const inference::ModelReadyRequest* request,
                                                     inference::ModelReadyResponse* response) {
   // An unknown model is "not ready", not an error, as in Triton.
-  response->set_ready(core_->ready() && FindModel(request->name(), request->version()).ok());
+  // A graph is ready once its warm-up ended well (docs/runtime.md, "Warm-up
+  // at load"); it serves requests before that too.
+  absl::StatusOr<std::shared_ptr<const Graph>> graph =
+      FindModel(request->name(), request->version());
+  response->set_ready(core_->ready() && graph.ok() &&
+                      core_->WarmupOf((*graph)->id()).state == WarmupState::kReady);
   return Finish(context, absl::OkStatus());
 }
 

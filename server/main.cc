@@ -19,6 +19,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "engine/runtime/malloc_tuning.h"
+#include "engine/runtime/warmup_shapes.h"
 #include "server/backend_factory.h"
 #include "server/grpc_server.h"
 #include "server/inference_core.h"
@@ -88,6 +89,11 @@ ABSL_FLAG(int64_t, max_queue_delay_microseconds, 0,
 ABSL_FLAG(std::vector<std::string>, preferred_batch_sizes, {},
           "dynamic batching: batch sizes to cut at when reachable, e.g. 8,16; empty = as large "
           "as possible");
+ABSL_FLAG(std::string, warmup_shapes, "",
+          "warm-up at load for graphs whose LoadGraph names no warm-up shapes: N:HxW entries "
+          "(N:DxHxW for 3-D graphs; C is the graph's), e.g. 1:56x56,8:56x56; plans for them (and "
+          "the batches dynamic batching forms from them) are built on every GPU before the "
+          "graph is ready; empty: no warm-up (docs/runtime.md, \"Warm-up at load\")");
 ABSL_FLAG(int, max_graphs, 64, "graphs loaded at once");
 ABSL_FLAG(int64_t, max_parameter_bytes, int64_t{4} << 30,
           "weight and bias bytes of all loaded graphs together");
@@ -262,6 +268,12 @@ int Run() {
                      std::string(valid.message()));
     return 2;
   }
+  absl::StatusOr<std::vector<WarmupSize>> warmup = ParseWarmupSizes(absl::GetFlag(FLAGS_warmup_shapes));
+  if (!warmup.ok()) {
+    spdlog::critical("cannot start: --warmup_shapes: {}", std::string(warmup.status().message()));
+    return 2;
+  }
+  options.default_warmup = *std::move(warmup);
   absl::StatusOr<double> max_request_flops =
       MaxRequestFlops(absl::GetFlag(FLAGS_max_request_flops), choice->gpu);
   if (!max_request_flops.ok()) {

@@ -48,6 +48,14 @@ void AddStage(v1::StageStatistics* stage, double seconds) {
   stage->set_total_seconds(stage->total_seconds() + seconds);
 }
 
+// A graph's warm-up: one CPU compile (ms) to autotuned searches of many
+// layers and shapes on several GPUs (minutes).
+const prometheus::Histogram::BucketBoundaries& WarmupBuckets() {
+  static const auto* buckets = new prometheus::Histogram::BucketBoundaries{
+      1e-3, 1e-2, 0.1, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600};
+  return *buckets;
+}
+
 // Batch sizes (the N of one execution) in powers of two.
 const prometheus::Histogram::BucketBoundaries& BatchSizeBuckets() {
   static const auto* buckets = new prometheus::Histogram::BucketBoundaries{
@@ -122,6 +130,9 @@ class ServerMetrics::RuntimeCollector : public prometheus::Collectable {
                MetricType::Gauge, {Value({}, stats.plans.bytes, false)}),
         Family("convserve_loaded_graphs", "Graphs loaded.", MetricType::Gauge,
                {Value({}, static_cast<double>(core_->ListGraphs().size()), false)}),
+        Family("convserve_warming_graphs",
+               "Graphs loaded and still warming up (KServe ModelReady false).", MetricType::Gauge,
+               {Value({}, static_cast<double>(core_->warming_graphs()), false)}),
         Family("convserve_build_info", "Versions of the server and its libraries.",
                MetricType::Gauge, {Value(build, 1, false)}),
     };
@@ -246,6 +257,13 @@ ServerMetrics::ServerMetrics(const ServerMetricsOptions& options, const Inferenc
       management_refusals_->Add({{"rpc", rpc}, {"reason", reason}});
     }
   }
+  warmup_seconds_ = histogram("convserve_graph_warmup_duration_seconds",
+                              "Time a graph's warm-up at load took (plans for its warm-up shapes "
+                              "on every device), by result.");
+  // Both series from the start, so the family is always on /metrics.
+  for (const char* result : {"ok", "error"}) {
+    warmup_seconds_->Add({{"result", result}}, WarmupBuckets());
+  }
   inflight_ = &prometheus::BuildGauge()
                    .Name("convserve_inflight_requests")
                    .Help("Inference requests accepted and not yet answered.")
@@ -358,6 +376,11 @@ void ServerMetrics::PlanBuilt(const PlanBuildEvent& event) {
       {"gpu", event.device}, {"path", event.path}, {"result", event.ok ? "ok" : "error"}};
   plan_builds_->Add(labels).Increment();
   plan_build_seconds_->Add(labels, Buckets()).Observe(event.seconds);
+}
+
+void ServerMetrics::GraphWarmedUp(const WarmupEvent& event) {
+  warmup_seconds_->Add({{"result", event.ok ? "ok" : "error"}}, WarmupBuckets())
+      .Observe(event.seconds);
 }
 
 void ServerMetrics::ExecutionFinished(const ExecutionEvent& event) {

@@ -27,6 +27,7 @@
 #include "convserve/v1/convserve.pb.h"
 #include "engine/runtime/infer_call.h"
 #include "engine/runtime/request_runner.h"
+#include "server/graph_warmups.h"
 
 namespace convserve {
 
@@ -66,6 +67,8 @@ class ServerMetrics {
   // or one request): executions and batch sizes for statistics, and the
   // batch-size histogram of graphs that batch.
   void ExecutionFinished(const ExecutionEvent& event);
+  // A graph's warm-up run ended (convserve_graph_warmup_duration_seconds).
+  void GraphWarmedUp(const WarmupEvent& event);
   // A graph management call (`rpc`) refused by the policy, and why
   // (server/graph_management_policy.h).
   void GraphManagementRefused(absl::string_view rpc, absl::string_view reason);
@@ -96,6 +99,7 @@ class ServerMetrics {
   prometheus::Family<prometheus::Histogram>* d2h_seconds_;
   prometheus::Family<prometheus::Histogram>* batch_size_;
   prometheus::Family<prometheus::Histogram>* batch_delay_seconds_;
+  prometheus::Family<prometheus::Histogram>* warmup_seconds_;
   prometheus::Family<prometheus::Counter>* requests_;
   prometheus::Family<prometheus::Counter>* plan_builds_;
   prometheus::Family<prometheus::Counter>* bytes_in_;

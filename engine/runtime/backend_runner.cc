@@ -3,6 +3,7 @@
 #include <cstring>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "engine/runtime/guarded_copy.h"
 #include "engine/status_macros.h"
@@ -272,7 +273,33 @@ void BackendRunner::RunBatch(InferBatch& batch, double queue_seconds) {
   }
 }
 
+absl::Status BackendRunner::Warm(const std::shared_ptr<const Graph>& graph,
+                                 const Shape& input_shape, const CancelCheck& cancelled) {
+  if (cancelled && cancelled()) return absl::CancelledError("the warm-up was stopped");
+  if (absl::StatusOr<std::vector<Shape>> outputs = graph->InferShapes(input_shape); !outputs.ok()) {
+    return outputs.status();
+  }
+  absl::StatusOr<std::shared_ptr<Executable>> executable = Compiled(graph, input_shape);
+  if (!executable.ok()) {
+    return absl::Status(executable.status().code(),
+                        absl::StrCat("on cpu: ", executable.status().message()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status BackendRunner::AddGraph(const std::shared_ptr<const Graph>& graph) {
+  absl::MutexLock lock(&graphs_mu_);
+  ++graph_refs_[graph->id()];
+  return absl::OkStatus();
+}
+
 void BackendRunner::RemoveGraph(const std::string& graph_id) {
+  {
+    absl::MutexLock lock(&graphs_mu_);
+    auto it = graph_refs_.find(graph_id);
+    if (it == graph_refs_.end() || --it->second > 0) return;
+    graph_refs_.erase(it);
+  }
   executables_.EraseIf([&](const PlanKey& key) { return key.graph_id == graph_id; });
 }
 

@@ -7,6 +7,9 @@
 #include <memory>
 #include <string>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
 #include "engine/backend.h"
 #include "engine/runtime/plan_cache.h"
 #include "engine/runtime/request_executor.h"
@@ -20,10 +23,14 @@ class BackendRunner : public RequestRunner {
                 const PlanCacheOptions& cache_options = {})
       : backend_(std::move(backend)), executables_(cache_options), executor_(options) {}
 
-  absl::Status AddGraph(const std::shared_ptr<const Graph>&) override {
-    return absl::OkStatus();
-  }
+  // Counted, as the interface says: an identical graph loaded again (its
+  // extra reference released at once) keeps the executables compiled for it.
+  absl::Status AddGraph(const std::shared_ptr<const Graph>& graph) override;
   void RemoveGraph(const std::string& graph_id) override;
+  // Compiles the executable on the calling thread: the CPU keeps one per
+  // (graph, shape) for all its workers.
+  absl::Status Warm(const std::shared_ptr<const Graph>& graph, const Shape& input_shape,
+                    const CancelCheck& cancelled) override;
   void Submit(InferCall call) override;
   void SubmitBatch(InferBatch batch) override;
   int concurrency() const override { return executor_.threads(); }
@@ -43,6 +50,8 @@ class BackendRunner : public RequestRunner {
   void RunBatch(InferBatch& batch, double queue_seconds);
 
   const std::unique_ptr<Backend> backend_;
+  absl::Mutex graphs_mu_;
+  absl::flat_hash_map<std::string, int> graph_refs_ ABSL_GUARDED_BY(graphs_mu_);
   // Compiled (graph, shape) executables, so repeated shapes skip Compile.
   PlanCache<Executable> executables_;
   // Declared last: destroyed first, so workers stop before the backend goes.

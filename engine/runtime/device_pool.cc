@@ -61,7 +61,28 @@ struct DevicePool::Task {
   }
 };
 
-// One worker thread's own CUDA and cuDNN state. Touched only by its thread.
+// One warm-up of one execution shape, shared by the workers that build its
+// plans and the thread waiting in Warm.
+struct DevicePool::WarmJob {
+  std::shared_ptr<const Graph> graph;
+  Shape input_shape;
+  std::vector<Shape> layer_outputs;
+  CancelCheck cancelled;
+  absl::Mutex mu;
+  // Workers that have not finished the job yet.
+  int pending ABSL_GUARDED_BY(mu) = 0;
+  // The first failure of any worker.
+  absl::Status status ABSL_GUARDED_BY(mu);
+
+  void Finish(const absl::Status& result) {
+    absl::MutexLock lock(&mu);
+    if (status.ok()) status = result;
+    --pending;
+  }
+};
+
+// One worker thread's own CUDA and cuDNN state. Touched only by its thread,
+// but for `warm_jobs`.
 struct DevicePool::Worker {
   int index = 0;
   CudaStream stream;
@@ -73,6 +94,9 @@ struct DevicePool::Worker {
   // Requests captured on this worker's stream; cleared whenever one of the
   // device buffers above is reallocated (captures hold their addresses).
   std::unique_ptr<CudaGraphCache<CapturedLayers>> graphs;
+  // Warm-up jobs for this worker (plans are per worker), taken before the
+  // device's queue. Guarded by the device's `mu`.
+  std::deque<std::shared_ptr<WarmJob>> warm_jobs;
   std::thread thread;
 };
 
@@ -583,21 +607,44 @@ void DevicePool::MarkFailed(Device& device, const std::string& error) {
   ReportDeviceFailure(failure);
 }
 
+namespace {
+
+// What a worker waits for: work on its device's queue or its own warm-up
+// jobs, or the stop.
+template <typename Device, typename Worker>
+struct WorkerWake {
+  Device* device;
+  Worker* worker;
+  bool Ready() const ABSL_NO_THREAD_SAFETY_ANALYSIS {  // the caller holds device->mu
+    return device->stopping || !device->queue.empty() || !worker->warm_jobs.empty();
+  }
+};
+
+}  // namespace
+
 void DevicePool::WorkerLoop(Device* device, Worker* worker) {
   cudaSetDevice(device->ordinal);
+  const WorkerWake<Device, Worker> wake{device, worker};
   while (true) {
     std::unique_ptr<Task> task;
+    std::shared_ptr<WarmJob> warm;
     {
       absl::MutexLock lock(&device->mu);
-      device->mu.Await(absl::Condition(
-          +[](Device* d) ABSL_EXCLUSIVE_LOCKS_REQUIRED(d->mu) {
-            return d->stopping || !d->queue.empty();
-          },
-          device));
-      if (device->queue.empty()) return;
-      task = std::move(device->queue.front());
-      device->queue.pop_front();
-      ++device->running;
+      device->mu.Await(absl::Condition(&wake, &WorkerWake<Device, Worker>::Ready));
+      if (!worker->warm_jobs.empty()) {
+        warm = std::move(worker->warm_jobs.front());
+        worker->warm_jobs.pop_front();
+      } else if (device->queue.empty()) {
+        return;  // stopping; Warm queues no job once the pool stops accepting
+      } else {
+        task = std::move(device->queue.front());
+        device->queue.pop_front();
+        ++device->running;
+      }
+    }
+    if (warm != nullptr) {
+      RunWarmJob(*device, *worker, *warm);
+      continue;
     }
     if (device->lost.load()) {
       // Queued just before the GPU failed: another GPU runs it.
@@ -717,6 +764,68 @@ void DevicePool::RunTask(Device& device, Worker& worker, std::unique_ptr<Task> t
   }
   device.outstanding -= cost;
   task.reset();  // releases the graph's resources (maybe the last holder)
+}
+
+absl::Status DevicePool::Warm(const std::shared_ptr<const Graph>& graph, const Shape& input_shape,
+                              const CancelCheck& cancelled) {
+  ASSIGN_OR_RETURN(std::vector<Shape> outputs, graph->InferShapes(input_shape));
+  auto job = std::make_shared<WarmJob>();
+  job->graph = graph;
+  job->input_shape = input_shape;
+  job->layer_outputs = std::move(outputs);
+  job->cancelled = cancelled;
+  int queued = 0;
+  for (const auto& device : devices_) {
+    if (device->lost.load()) continue;  // it serves nothing any more
+    absl::MutexLock lock(&device->mu);
+    if (device->stopping || !accepting_.load()) break;
+    for (const auto& worker : device->workers) {
+      {
+        absl::MutexLock job_lock(&job->mu);
+        ++job->pending;
+      }
+      worker->warm_jobs.push_back(job);
+      ++queued;
+    }
+  }
+  absl::MutexLock lock(&job->mu);
+  job->mu.Await(absl::Condition(
+      +[](WarmJob* j) ABSL_EXCLUSIVE_LOCKS_REQUIRED(j->mu) { return j->pending == 0; },
+      job.get()));
+  if (!job->status.ok()) return job->status;
+  if (queued == 0) {
+    return absl::UnavailableError(
+        !accepting_.load() ? "the server is shutting down"
+                           : "no GPU serves (a CUDA context of this server was lost)");
+  }
+  return absl::OkStatus();
+}
+
+void DevicePool::RunWarmJob(Device& device, Worker& worker, WarmJob& job) {
+  const auto run = [&]() -> absl::Status {
+    if (device.lost.load()) return absl::OkStatus();  // another GPU's loss: nothing to serve
+    const std::vector<ConvLayerProblem> problems =
+        MakeLayerProblems(*job.graph, job.input_shape, job.layer_outputs);
+    for (size_t i = 0; i < problems.size(); ++i) {
+      if (job.cancelled && job.cancelled()) return absl::CancelledError("the warm-up was stopped");
+      absl::StatusOr<std::shared_ptr<ConvLayerPlan>> plan =
+          LayerPlan(device, worker, *job.graph, i, problems[i]);
+      if (!plan.ok()) return plan.status();
+    }
+    return absl::OkStatus();
+  };
+  absl::Status status = run();
+  if (!status.ok() && status.code() != absl::StatusCode::kCancelled) {
+    const cudaError_t own = cudaStreamSynchronize(worker.stream.get());
+    if (IsStickyCudaError(own)) {
+      MarkFailed(device, absl::StrCat(cudaGetErrorName(own), " while warming up graph '",
+                                      job.graph->name(), "' input ",
+                                      ShapeToString(job.input_shape), ": ", status.message()));
+    }
+    status = absl::Status(status.code(), absl::StrCat("on GPU ", device.ordinal, " worker ",
+                                                      worker.index, ": ", status.message()));
+  }
+  job.Finish(status);
 }
 
 absl::StatusOr<EngineChoice> DevicePool::SearchEngine(Device& device, Worker& worker,

@@ -104,6 +104,11 @@ class DevicePool : public RequestRunner {
 
   absl::Status AddGraph(const std::shared_ptr<const Graph>& graph) override;
   void RemoveGraph(const std::string& graph_id) override;
+  // Queues a warm-up job on every worker of every healthy GPU (each worker
+  // builds plans with its own handle, on its own thread; it takes warm-up
+  // jobs before waiting requests) and waits for all of them.
+  absl::Status Warm(const std::shared_ptr<const Graph>& graph, const Shape& input_shape,
+                    const CancelCheck& cancelled) override;
   void Submit(InferCall call) override;
   void SubmitBatch(InferBatch batch) override;
   int concurrency() const override;
@@ -126,10 +131,13 @@ class DevicePool : public RequestRunner {
   struct Worker;
   struct GraphResources;
   struct Task;
+  struct WarmJob;
 
   explicit DevicePool(const DevicePoolOptions& options);
 
   void WorkerLoop(Device* device, Worker* worker);
+  // Builds the plans of `job` on `worker` and reports the result to the job.
+  void RunWarmJob(Device& device, Worker& worker, WarmJob& job);
   // Makes the task of `calls` (one request, or a batch) and routes it.
   void Enqueue(std::vector<InferCall> calls, std::vector<double> delays, bool batched);
   // Executes `task` on `worker` and answers its calls; a failed batch runs

@@ -13,6 +13,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "engine/backend.h"
 #include "engine/graph.h"
 #include "engine/runtime/cuda_graph_cache.h"
 #include "engine/runtime/host_buffer_pool.h"
@@ -108,6 +109,16 @@ class RequestRunner {
   // itself runs each call again alone. The calls' shapes and bytes were
   // checked by the caller, and they share graph, C and spatial dims.
   virtual void SubmitBatch(InferBatch batch) = 0;
+
+  // Warm-up at load: builds the plans an execution of `graph` with input
+  // `input_shape` needs on every device and worker that may run one (each
+  // GPU worker builds its own, docs/runtime.md), so the first request of
+  // that shape builds none. Blocks until they are built; the first failure
+  // is returned, naming the device. `cancelled` is checked between builds
+  // (CANCELLED when it turns true). The graph was added (AddGraph) and its
+  // shape checked by the caller. Call it from a thread that may wait.
+  virtual absl::Status Warm(const std::shared_ptr<const Graph>& graph, const Shape& input_shape,
+                            const CancelCheck& cancelled) = 0;
 
   // Executions that can run at once (worker threads over healthy devices):
   // how many batches a dynamic batcher keeps in flight.

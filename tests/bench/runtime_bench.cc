@@ -36,6 +36,10 @@ class RecordingRunner : public RequestRunner {
     return inner_->AddGraph(g);
   }
   void RemoveGraph(const std::string& id) override { inner_->RemoveGraph(id); }
+  absl::Status Warm(const std::shared_ptr<const Graph>& g, const Shape& shape,
+                    const CancelCheck& cancelled) override {
+    return inner_->Warm(g, shape, cancelled);
+  }
   void Drain() override { inner_->Drain(); }
   std::string Describe() const override { return inner_->Describe(); }
   RunnerStats Stats() const override { return inner_->Stats(); }

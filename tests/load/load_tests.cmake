@@ -21,6 +21,7 @@ add_executable(load_test
   load/load_stall_test.cc
   load/load_streaming_test.cc
   load/load_verify_test.cc
+  load/load_warmup_test.cc
   load/model_infer_stream_test.cc)
 target_link_libraries(load_test PRIVATE convserve_load_test_support GTest::gtest_main)
 # The binary tests run convserve-load itself.
@@ -35,7 +36,8 @@ foreach(suite_and_filter
     "load_spread_test|LoadSpreadTest.*|integration"
     "load_shared_memory_test|LoadSharedMemoryTest.*:LoadSharedMemoryBinaryTest.*|integration"
     "load_streaming_test|Tensors/LoadStreamingTest.*:LoadStreamingErrorsTest.*:LoadStreamingBinaryTest.*|integration"
-    "model_infer_stream_test|ModelInferStreamTest.*|integration")
+    "model_infer_stream_test|ModelInferStreamTest.*|integration"
+    "load_warmup_test|ParseLoadWarmupTest.*:LoadWarmupTest.*|integration")
   string(REPLACE "|" ";" parts "${suite_and_filter}")
   list(GET parts 0 name)
   list(GET parts 1 filter)
