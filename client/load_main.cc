@@ -70,10 +70,10 @@ ABSL_FLAG(std::string, concurrency_range, "",
           "closed loop: requests in flight, start:end:step (1:64:x2, 1:8:+1) or one value");
 ABSL_FLAG(std::string, request_rate, "",
           "open loop: requests per second, start:end:step or one value");
-ABSL_FLAG(std::string, calls, "blocking",
-          "closed loop: blocking (a thread per request in flight, gRPC's blocking API, as "
-          "perf_analyzer) or callback (gRPC's callback API: fewer threads, a hand-off between "
-          "threads per call); the open loop always uses callbacks");
+ABSL_FLAG(std::string, calls, "callback",
+          "closed loop: callback (gRPC's callback API: a few threads for any concurrency, a "
+          "hand-off between threads per call) or blocking (a thread per request in flight, "
+          "gRPC's blocking API, as perf_analyzer); the open loop always uses callbacks");
 ABSL_FLAG(std::string, arrival, "constant", "open loop send spacing: constant or poisson");
 ABSL_FLAG(uint64_t, arrival_seed, 1, "seed of the Poisson arrival schedule");
 ABSL_FLAG(absl::Duration, warmup, absl::Seconds(1), "load before the first window, not measured");

@@ -63,7 +63,7 @@ run() {
 
 run msg_401k 1,64,56,56 1
 run sys_401k 1,64,56,56 1 --shared_memory=system
-run sys_401k_callback 1,64,56,56 1 --shared_memory=system --calls=callback
+run sys_401k_blocking 1,64,56,56 1 --shared_memory=system --calls=blocking
 run cuda_401k 1,64,56,56 1 --shared_memory=cuda
 run msg_12m 32,64,56,56 1
 run sys_12m 32,64,56,56 1 --shared_memory=system
@@ -75,7 +75,7 @@ nvidia-smi --query-gpu=utilization.gpu --format=csv,noheader,nounits -lms 100 \
 smi=$!
 run cuda_401k_c64 1,64,56,56 64 --shared_memory=cuda
 kill $smi 2>/dev/null
-run cuda_401k_c64_callback 1,64,56,56 64 --shared_memory=cuda --calls=callback
+run cuda_401k_c64_blocking 1,64,56,56 64 --shared_memory=cuda --calls=blocking
 run msg_401k_c64 1,64,56,56 64
 # Correctness of each transport against the CPU reference.
 for mode in none system cuda; do
@@ -111,7 +111,7 @@ print(f"{'request':<38}{'p50 ms':>8}{'p99 ms':>8}{'req/s':>8}{'target':>8}{'befo
 for name, label, n in [
     ("msg_401k", "1x64x56x56 (401 KB), gRPC bytes", 1),
     ("sys_401k", "1x64x56x56, system shm", 1),
-    ("sys_401k_callback", "the same, gRPC callback API client", 1),
+    ("sys_401k_blocking", "the same, blocking gRPC calls", 1),
     ("cuda_401k", "1x64x56x56, CUDA shm", 1),
     ("stream_401k", "1x64x56x56, gRPC stream", 1),
     ("msg_12m", "32x64x56x56 (12.8 MB), gRPC bytes", 32),
@@ -119,7 +119,7 @@ for name, label, n in [
     ("cuda_12m", "32x64x56x56, CUDA shm", 32),
     ("msg_401k_c64", "1x64x56x56, 64 in flight, gRPC bytes", 1),
     ("cuda_401k_c64", "1x64x56x56, 64 in flight, CUDA shm", 1),
-    ("cuda_401k_c64_callback", "the same, gRPC callback API client", 1)]:
+    ("cuda_401k_c64_blocking", "the same, 64 blocking threads", 1)]:
     row = level(name)
     b = before.get(name)
     f = floor.get(n, (float("nan"),))[0]
@@ -132,8 +132,8 @@ for name, label, n in [
           f"{num(row, 'throughput_rps'):>8.0f}{targets.get(name, '-'):>8}"
           f"{(f'{b:.2f}' if b else '-'):>8}{f:>7.3f}{num(row, 'server_request_ms'):>8.3f}"
           f"{copies:>8.3f}{num(row, 'server_compute_ms'):>7.3f}{outside:>8.3f}")
-print("columns: latency from convserve-load (closed loop, 1 in flight unless said; blocking "
-      "gRPC calls, a thread per request in flight, unless said); before = the "
+print("columns: latency from convserve-load (closed loop, 1 in flight unless said; gRPC's "
+      "callback API unless said); before = the "
       "issue's figures (same host kind, gRPC bytes); floor = pinned H2D + D2H of the tensor "
       "(PyTorch, this host); server/copies/GPU = the server's mean request, H2D+D2H and compute "
       "time (GetStatistics); outside = client mean - server request time")

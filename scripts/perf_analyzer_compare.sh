@@ -136,6 +136,14 @@ for tool, prefix in (("perf_analyzer", "pa"), ("convserve-load", "cl")):
                         row[q] = float(last["latency_%s_ms" % q])
             except Exception as e:  # a failed run shows as a row with its reason
                 row["error"] = "%s: %s" % (type(e).__name__, e)
+                log = os.path.join(out, "%s_%s_c%d.log" % (prefix, tag, c))
+                if os.path.exists(log):
+                    for line in open(log):
+                        if line.startswith("watchdog:"):  # perf_analyzer's own memory
+                            row["error"] = "perf_analyzer " + line.strip()
+                            break
+                        if " rc=" in line and "peak resident memory" in line:
+                            row["error"] = line.strip()
             rows.append(row)
 print("%-15s %-11s %11s %10s %8s %8s %8s" % ("tool", "transport", "concurrency", "infer/s",
                                              "p50 ms", "p90 ms", "p99 ms"))
