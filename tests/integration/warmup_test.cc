@@ -69,6 +69,13 @@ v1::InferRequest Request(const std::string& graph, std::vector<int64_t> dims) {
   return request;
 }
 
+// A CPU server whose plan builds (compiles) wait at `gate`.
+std::unique_ptr<TestServer> ServerWithGatedCompiles(std::shared_ptr<BackendGate> gate) {
+  GatedBackendOptions gated;
+  gated.compile = std::move(gate);
+  return TestServer::Start(InferenceCoreOptions(), GatedBackend::AroundCpu(gated));
+}
+
 int64_t PlanMisses(TestServer& server) {
   return server.core()->runner().Stats().plans.misses;
 }
@@ -123,10 +130,7 @@ TEST(WarmupTest, NoWarmupIsReadyAtOnce) {
 
 TEST(WarmupTest, ReturnBeforeReadyReportsWarmingUntilTheWarmupEnds) {
   auto gate = std::make_shared<BackendGate>();
-  GatedBackendOptions gated;
-  gated.compile = gate;
-  std::unique_ptr<TestServer> server =
-      TestServer::Start(InferenceCoreOptions(), GatedBackend::AroundCpu(gated));
+  std::unique_ptr<TestServer> server = ServerWithGatedCompiles(gate);
   ConvServeClient client(ClientFor(*server));
   // Another graph, ready before: its readiness is its own.
   ASSERT_TRUE(client.LoadGraph(SmallConvGraph("other", 2)).ok());
@@ -266,10 +270,7 @@ TEST(WarmupTest, DynamicBatchingWarmsTheBatchesItForms) {
 
 TEST(WarmupTest, UnloadStopsTheWarmupAndAnswersItsWaiters) {
   auto gate = std::make_shared<BackendGate>();
-  GatedBackendOptions gated;
-  gated.compile = gate;
-  std::unique_ptr<TestServer> server =
-      TestServer::Start(InferenceCoreOptions(), GatedBackend::AroundCpu(gated));
+  std::unique_ptr<TestServer> server = ServerWithGatedCompiles(gate);
   ConvServeClient client(ClientFor(*server));
   absl::StatusOr<v1::LoadGraphResponse> waited;
   std::thread loader(
