@@ -37,15 +37,18 @@ absl::Status StreamErrorStatus(const std::string& error_message) {
 // call holds a hold (AddHold) until no more operation can start: after the
 // stream ended or was half-closed, with no write being started. Every
 // decision is made under mu_ and carried out after it is released (a gRPC
-// operation may run its reaction on the calling thread). It keeps itself
-// alive until OnDone.
+// operation may run its reaction on the calling thread). Its owner,
+// ModelInferStream, holds it until OnDone has finished (done()) and lets it
+// go on the owner's own threads: the call never ends its own life on a gRPC
+// thread, where destroying the ClientContext could drop the last reference
+// to the channel and shut gRPC's callback threads down from one of them
+// (a double free of their completion queue, seen under AddressSanitizer).
 class ModelInferStream::Call final
     : public grpc::ClientBidiReactor<inference::ModelInferRequest,
                                      inference::ModelStreamInferResponse> {
  public:
   static std::shared_ptr<Call> Start(ConvServeClient* client) {
     std::shared_ptr<Call> call(new Call);
-    call->self_ = call;
     client->ModelStreamInfer(&call->context_, call.get());
     call->AddHold();
     call->StartRead(&call->incoming_);
@@ -179,9 +182,8 @@ class ModelInferStream::Call final
   }
 
   void OnDone(const grpc::Status& status) override {
-    // The last reference may be this one: nothing touches `this` after the
-    // function returns.
-    std::shared_ptr<Call> keep = std::move(self_);
+    // gRPC touches neither the reactor nor the context after this; the
+    // owner may destroy both once done_ is set, below.
     absl::Status why = FromGrpcStatus(status);
     if (status.ok()) {
       why = absl::UnavailableError(
@@ -202,7 +204,7 @@ class ModelInferStream::Call final
     }
     for (Done& done : failed) done(why, nullptr);
     // Only now: the owner may go once it sees done_, and the `done`s above
-    // may use it.
+    // may use it. Nothing touches `this` after the lock is released.
     absl::MutexLock lock(&mu_);
     done_ = true;
   }
@@ -264,8 +266,6 @@ class ModelInferStream::Call final
   grpc::ClientContext context_;
   // Filled by the outstanding read; only reactions touch it.
   inference::ModelStreamInferResponse incoming_;
-  // Set in Start, dropped in OnDone.
-  std::shared_ptr<Call> self_;
 
   absl::Mutex mu_;
   std::deque<Outgoing> unwritten_ ABSL_GUARDED_BY(mu_);

@@ -58,7 +58,9 @@ class ModelInferStream {
   absl::Mutex mu_;
   // The call new requests go to; null before the first Send.
   std::shared_ptr<Call> current_ ABSL_GUARDED_BY(mu_);
-  // Every call that may still have requests (ended ones until they are done).
+  // Every call until its OnDone has finished (done()): the only references
+  // that keep a call alive, so a call is destroyed on this object's threads
+  // (Send's callers, the expiry thread, the destructor), never in OnDone.
   std::vector<std::shared_ptr<Call>> calls_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread expirer_;
