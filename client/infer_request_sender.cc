@@ -16,6 +16,10 @@ namespace {
 
 // State of one asynchronous Infer call; deletes itself when the call ends.
 struct InferCall {
+  explicit InferCall(LiveCalls* calls) : hold(calls) {}
+
+  // First: destroyed after the context.
+  LiveCalls::Hold hold;
   grpc::ClientContext context;
   v1::InferResponse response;
   InferRequestSender::Done done;
@@ -53,12 +57,14 @@ class ConvServeSender final : public InferRequestSender {
     call->Finish(client.InferBlocking(&call->context, request_, &call->response));
   }
 
+  ~ConvServeSender() override { live_calls_.AwaitNone(); }
+
   Protocol protocol() const override { return Protocol::kConvServe; }
   std::string transport() const override { return "unary Infer, tensors in the messages"; }
 
  private:
-  static InferCall* Start(ConvServeClient& client, Done done) {
-    auto* call = new InferCall;
+  InferCall* Start(ConvServeClient& client, Done done) {
+    auto* call = new InferCall(&live_calls_);
     call->done = std::move(done);
     call->context.set_deadline(std::chrono::system_clock::now() + client.options().timeout);
     return call;
@@ -66,6 +72,7 @@ class ConvServeSender final : public InferRequestSender {
 
   // Read-only once built: every call sends it.
   v1::InferRequest request_;
+  LiveCalls live_calls_;
 };
 
 }  // namespace
@@ -131,6 +138,21 @@ absl::StatusOr<InferOutput> InferRequestSender::Send(ConvServeClient& client) {
     }
   });
   return result;
+}
+
+LiveCalls::Hold::Hold(LiveCalls* calls) : calls_(calls) {
+  absl::MutexLock lock(&calls_->mu_);
+  ++calls_->count_;
+}
+
+LiveCalls::Hold::~Hold() {
+  absl::MutexLock lock(&calls_->mu_);
+  --calls_->count_;
+}
+
+void LiveCalls::AwaitNone() {
+  absl::MutexLock lock(&mu_);
+  mu_.Await(absl::Condition(this, &LiveCalls::NoneLocked));
 }
 
 std::unique_ptr<InferRequestSender> ConvServeRequestSender(const InferInput& input) {

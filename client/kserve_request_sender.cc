@@ -24,6 +24,10 @@ void SetRegion(const std::string& region, uint64_t byte_size, uint64_t offset,
 
 // State of one unary ModelInfer call; deletes itself when the call ends.
 struct UnaryCall {
+  explicit UnaryCall(LiveCalls* calls) : hold(calls) {}
+
+  // First: destroyed after the context.
+  LiveCalls::Hold hold;
   grpc::ClientContext context;
   inference::ModelInferResponse response;
   std::function<void(const absl::Status&, inference::ModelInferResponse*)> done;
@@ -144,6 +148,7 @@ KServeRequestSender::~KServeRequestSender() {
   // Before the members go: a closing stream may still complete requests,
   // whose callbacks use them.
   streams_.clear();
+  live_calls_.AwaitNone();
 }
 
 std::string KServeRequestSender::transport() const {
@@ -163,7 +168,7 @@ void KServeRequestSender::Call(ConvServeClient& client, int slot, absl::Time dea
     streams_.at(&client)->Send(request, absl::StrCat(next_id_++), deadline, std::move(done));
     return;
   }
-  auto* call = new UnaryCall;
+  auto* call = new UnaryCall(&live_calls_);
   call->done = std::move(done);
   call->context.set_deadline(absl::ToChronoTime(deadline));
   if (blocking) {

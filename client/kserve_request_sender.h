@@ -105,6 +105,9 @@ class KServeRequestSender final : public InferRequestSender {
   // Request ids on streams.
   std::atomic<uint64_t> next_id_{0};
 
+  // Unary calls not yet destroyed (the destructor waits for them).
+  LiveCalls live_calls_;
+
   absl::Mutex mu_;
   std::vector<int> free_slots_ ABSL_GUARDED_BY(mu_);
   std::deque<Waiting> waiting_ ABSL_GUARDED_BY(mu_);
