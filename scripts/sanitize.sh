@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Sanitized builds of the CPU path with Debian's clang-14, and their tests
+# (docs/testing.md):
+#   scripts/sanitize.sh asan   AddressSanitizer + UndefinedBehaviorSanitizer
+#                              (build-asan/, with the libFuzzer targets): the
+#                              unit and integration tests, the fuzz targets'
+#                              regression inputs and a 60 s fuzz smoke run
+#   scripts/sanitize.sh tsan   ThreadSanitizer (build-tsan/): the runtime and
+#                              server tests named in TSAN_TESTS below
+# Extra arguments go to ctest (e.g. -R plan_cache_test). The build folder is
+# $CONVSERVE_ASAN_BUILD_DIR / $CONVSERVE_TSAN_BUILD_DIR when set.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+jobs="${CONVSERVE_JOBS:-$(nproc)}"
+kind="${1:-}"
+shift || true
+
+# The runtime and server tests: request execution, batching, cancellation,
+# unload and SIGTERM under traffic, both protocols, streaming, shared memory,
+# graph management. (Under TSan the whole suite does not fit CI's budget;
+# these are the ones whose threads share state.)
+TSAN_TESTS=(
+  plan_cache_test dynamic_batcher_test host_buffer_pool_test engine_prober_test
+  unload_during_traffic_test sigterm_during_traffic_test cancellation_test
+  kserve_protocol_test kserve_stream_test shared_memory_test shared_memory_errors_test
+  dynamic_batching_test graph_management_test compute_limit_test bad_input_test
+  load_generator_test model_infer_stream_test
+)
+
+# The guarded shared-memory copy (engine/runtime/guarded_copy.h) handles
+# SIGBUS itself: the sanitizers must leave that signal to it.
+export ASAN_OPTIONS="handle_sigbus=0:detect_leaks=1:abort_on_error=1:${ASAN_OPTIONS:-}"
+export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:${UBSAN_OPTIONS:-}"
+export TSAN_OPTIONS="handle_sigbus=0:halt_on_error=1:second_deadlock_stack=1:${TSAN_OPTIONS:-}"
+
+configure() {
+  local build="$1"
+  shift
+  cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 -DCONVSERVE_CUDA=OFF "$@" >/dev/null
+}
+
+case "$kind" in
+  asan)
+    build="${CONVSERVE_ASAN_BUILD_DIR:-$root/build-asan}"
+    configure "$build" -DCONVSERVE_SANITIZE=address -DCONVSERVE_FUZZ=ON
+    cmake --build "$build" -j "$jobs"
+    cd "$build"
+    ctest --output-on-failure -j "$jobs" -L 'unit|integration|fuzz' "$@"
+    ;;
+  tsan)
+    build="${CONVSERVE_TSAN_BUILD_DIR:-$root/build-tsan}"
+    configure "$build" -DCONVSERVE_SANITIZE=thread
+    # Only what the chosen tests run: the test binaries, the server and the
+    # load generator they start.
+    targets=(convserve-server convserve-load fake_prober load_test)
+    for test in "${TSAN_TESTS[@]}"; do
+      case "$test" in
+        load_*|model_infer_stream_test) ;;
+        *) targets+=("$test") ;;
+      esac
+    done
+    cmake --build "$build" -j "$jobs" --target "${targets[@]}"
+    cd "$build"
+    regex="^($(IFS='|'; echo "${TSAN_TESTS[*]}"))\$"
+    ctest --output-on-failure -j "$jobs" -R "$regex" "$@"
+    ;;
+  *)
+    echo "usage: scripts/sanitize.sh asan|tsan [ctest arguments]" >&2
+    exit 2
+    ;;
+esac
