@@ -76,18 +76,22 @@ absl::Status WriteFileBytes(const std::string& path, const std::string& bytes) {
 }
 
 absl::StatusOr<v1::GraphDef> ReadGraphFile(const std::string& path) {
-  absl::StatusOr<std::string> text = ReadFileBytes(path);
-  if (!text.ok()) return text.status();
+  absl::StatusOr<std::string> bytes = ReadFileBytes(path);
+  if (!bytes.ok()) return bytes.status();
+  return ParseGraphFile(path, *bytes);
+}
+
+absl::StatusOr<v1::GraphDef> ParseGraphFile(const std::string& path, const std::string& bytes) {
   v1::GraphDef graph;
   if (absl::EndsWith(path, ".pb") || absl::EndsWith(path, ".binpb")) {
-    if (!graph.ParseFromString(*text)) {
+    if (!graph.ParseFromString(bytes)) {
       return absl::InvalidArgumentError(
           absl::StrCat(path, ": not a GraphDef in protobuf binary form"));
     }
     return graph;
   }
   if (absl::EndsWith(path, ".json")) {
-    auto status = google::protobuf::util::JsonStringToMessage(*text, &graph);
+    auto status = google::protobuf::util::JsonStringToMessage(bytes, &graph);
     if (!status.ok()) {
       return absl::InvalidArgumentError(
           absl::StrCat(path, ": not a GraphDef in JSON: ", status.ToString()));
@@ -97,7 +101,7 @@ absl::StatusOr<v1::GraphDef> ReadGraphFile(const std::string& path) {
   google::protobuf::TextFormat::Parser parser;
   CollectErrors errors;
   parser.RecordErrorsTo(&errors);
-  if (!parser.ParseFromString(*text, &graph)) {
+  if (!parser.ParseFromString(bytes, &graph)) {
     return absl::InvalidArgumentError(
         absl::StrCat(path, ": not a GraphDef in protobuf text format: ", errors.first()));
   }

@@ -17,6 +17,9 @@ namespace convserve {
 // when it ends in ".pb" or ".binpb". Errors name the file and, for text, the
 // parser's line and column.
 absl::StatusOr<v1::GraphDef> ReadGraphFile(const std::string& path);
+// ReadGraphFile of bytes already read: `path` picks the form and names the
+// file in errors.
+absl::StatusOr<v1::GraphDef> ParseGraphFile(const std::string& path, const std::string& bytes);
 
 // Fills every layer whose weights are empty with values drawn from `seed`
 // (uniform, scaled by 1/sqrt(fan-in) so activations stay O(1) through deep
