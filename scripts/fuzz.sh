@@ -32,8 +32,11 @@ export ASAN_OPTIONS="handle_sigbus=0:abort_on_error=1:${ASAN_OPTIONS:-}"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:${UBSAN_OPTIONS:-}"
 
 if [ "${FUZZ_NO_BUILD:-0}" != 1 ]; then
+  # The configuration of scripts/sanitize.sh asan.
   cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-    -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 -DCONVSERVE_CUDA=OFF \
+    -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 \
+    -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only" \
+    -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only" -DCONVSERVE_CUDA=OFF \
     -DCONVSERVE_SANITIZE=address -DCONVSERVE_FUZZ=ON >/dev/null
   cmake --build "$build" -j "${CONVSERVE_JOBS:-$(nproc)}" --target "${targets[@]}"
 fi

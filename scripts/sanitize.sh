@@ -33,11 +33,15 @@ export ASAN_OPTIONS="handle_sigbus=0:detect_leaks=1:abort_on_error=1:${ASAN_OPTI
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:${UBSAN_OPTIONS:-}"
 export TSAN_OPTIONS="handle_sigbus=0:halt_on_error=1:second_deadlock_stack=1:${TSAN_OPTIONS:-}"
 
+# -O1 with line tables only: the sanitizers' reports name file and line, and
+# the builds take about half the time of -O2 -g.
 configure() {
   local build="$1"
   shift
   cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-    -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 -DCONVSERVE_CUDA=OFF "$@" >/dev/null
+    -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 \
+    -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only" \
+    -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only" -DCONVSERVE_CUDA=OFF "$@" >/dev/null
 }
 
 case "$kind" in
