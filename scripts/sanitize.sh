@@ -27,10 +27,18 @@ TSAN_TESTS=(
   load_generator_test model_infer_stream_test
 )
 
+# Left out of the ASan run: tests whose bounds are wall-clock figures that
+# the sanitizer's slowdown (2-4x, more on a shared CI machine) breaks, not
+# the code: cancellation_test (its heavy layers take 144 s under ASan and a
+# run must start within its patience), load_stall_test (an open loop at
+# 200 req/s on a server that must keep up).
+ASAN_EXCLUDE="^(cancellation_test|load_stall_test)\$"
+
 # The guarded shared-memory copy (engine/runtime/guarded_copy.h) handles
 # SIGBUS itself: the sanitizers must leave that signal to it.
 export ASAN_OPTIONS="handle_sigbus=0:detect_leaks=1:abort_on_error=1:${ASAN_OPTIONS:-}"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:${UBSAN_OPTIONS:-}"
+export LSAN_OPTIONS="suppressions=$root/tests/sanitizers/lsan.supp:${LSAN_OPTIONS:-}"
 export TSAN_OPTIONS="handle_sigbus=0:halt_on_error=1:second_deadlock_stack=1:${TSAN_OPTIONS:-}"
 
 # -O1 with line tables only: the sanitizers' reports name file and line, and
@@ -50,7 +58,7 @@ case "$kind" in
     configure "$build" -DCONVSERVE_SANITIZE=address -DCONVSERVE_FUZZ=ON
     cmake --build "$build" -j "$jobs"
     cd "$build"
-    ctest --output-on-failure -j "$jobs" -L 'unit|integration|fuzz' "$@"
+    ctest --output-on-failure -j "$jobs" -L 'unit|integration|fuzz' -E "$ASAN_EXCLUDE" "$@"
     ;;
   tsan)
     build="${CONVSERVE_TSAN_BUILD_DIR:-$root/build-tsan}"
