@@ -12,6 +12,10 @@
 #include <dlfcn.h>
 #include <sanitizer/tsan_interface.h>
 
+// The runtime's own entry points (not in tsan_interface.h of LLVM 14).
+extern "C" void __tsan_ignore_thread_begin();
+extern "C" void __tsan_ignore_thread_end();
+
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -50,6 +54,34 @@ F Real(const char* head, const char* tail) {
   static const auto real = Real<type>("_ZN4absl", tail)
 #define REAL_CONST(type, tail)                               \
   static const auto real = Real<type>("_ZNK4absl", tail)
+// Calls the library's definition with this thread's accesses ignored (see
+// IgnoredAccesses).
+#define CALL_IGNORED(call) \
+  [&] {                    \
+    IgnoredAccesses ignored; \
+    return call;           \
+  }()
+
+// abseil's own lock-order (deadlock) checker, on in Debian's build, keeps
+// its graph in memory guarded by an internal spin lock TSan cannot see
+// either, so every graph update reads as a race. Off in this build; TSan
+// checks lock order itself. Set during static initialization.
+const bool kAbseilDeadlockGraphOff = [] {
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+  return true;
+}();
+
+// Inside an unlock, abseil evaluates the Conditions of waiting threads (they
+// read what the lock guards, and the Condition objects on the waiters'
+// stacks), and inside Await and LockWhen the caller's own Condition after
+// taking the lock internally: both before any annotation here can tell TSan
+// of the hand-over. So the library's calls that evaluate Conditions run with
+// this thread's accesses ignored; the code around them is checked as usual.
+class IgnoredAccesses {
+ public:
+  IgnoredAccesses() { __tsan_ignore_thread_begin(); }
+  ~IgnoredAccesses() { __tsan_ignore_thread_end(); }
+};
 
 void* NotifiedYet(const absl::Notification* notification) {
   // HasBeenNotified() is inline (instrumented): an acquire load of
@@ -87,48 +119,48 @@ bool Mutex::ReaderTryLock() {
 void Mutex::Unlock() {
   REAL(void (*)(Mutex*), "5Mutex6UnlockEv");
   __tsan_release(this);
-  real(this);
+  CALL_IGNORED(real(this));
 }
 void Mutex::ReaderUnlock() {
   REAL(void (*)(Mutex*), "5Mutex12ReaderUnlockEv");
   __tsan_release(this);
-  real(this);
+  CALL_IGNORED(real(this));
 }
 void Mutex::LockWhen(const Condition& cond) {
   REAL(void (*)(Mutex*, const Condition&), "5Mutex8LockWhenERKNS0_9ConditionE");
-  real(this, cond);
+  CALL_IGNORED(real(this, cond));
   __tsan_acquire(this);
 }
 void Mutex::ReaderLockWhen(const Condition& cond) {
   REAL(void (*)(Mutex*, const Condition&), "5Mutex14ReaderLockWhenERKNS0_9ConditionE");
-  real(this, cond);
+  CALL_IGNORED(real(this, cond));
   __tsan_acquire(this);
 }
 bool Mutex::LockWhenWithTimeout(const Condition& cond, Duration timeout) {
   REAL(bool (*)(Mutex*, const Condition&, Duration),
        "5Mutex19LockWhenWithTimeoutERKNS0_9ConditionENS0_8DurationE");
-  const bool met = real(this, cond, timeout);
+  const bool met = CALL_IGNORED(real(this, cond, timeout));
   __tsan_acquire(this);
   return met;
 }
 bool Mutex::LockWhenWithDeadline(const Condition& cond, Time deadline) {
   REAL(bool (*)(Mutex*, const Condition&, Time),
        "5Mutex20LockWhenWithDeadlineERKNS0_9ConditionENS0_4TimeE");
-  const bool met = real(this, cond, deadline);
+  const bool met = CALL_IGNORED(real(this, cond, deadline));
   __tsan_acquire(this);
   return met;
 }
 bool Mutex::ReaderLockWhenWithTimeout(const Condition& cond, Duration timeout) {
   REAL(bool (*)(Mutex*, const Condition&, Duration),
        "5Mutex25ReaderLockWhenWithTimeoutERKNS0_9ConditionENS0_8DurationE");
-  const bool met = real(this, cond, timeout);
+  const bool met = CALL_IGNORED(real(this, cond, timeout));
   __tsan_acquire(this);
   return met;
 }
 bool Mutex::ReaderLockWhenWithDeadline(const Condition& cond, Time deadline) {
   REAL(bool (*)(Mutex*, const Condition&, Time),
        "5Mutex26ReaderLockWhenWithDeadlineERKNS0_9ConditionENS0_4TimeE");
-  const bool met = real(this, cond, deadline);
+  const bool met = CALL_IGNORED(real(this, cond, deadline));
   __tsan_acquire(this);
   return met;
 }
@@ -136,14 +168,14 @@ bool Mutex::ReaderLockWhenWithDeadline(const Condition& cond, Time deadline) {
 void Mutex::Await(const Condition& cond) {
   REAL(void (*)(Mutex*, const Condition&), "5Mutex5AwaitERKNS0_9ConditionE");
   __tsan_release(this);
-  real(this, cond);
+  CALL_IGNORED(real(this, cond));
   __tsan_acquire(this);
 }
 bool Mutex::AwaitWithTimeout(const Condition& cond, Duration timeout) {
   REAL(bool (*)(Mutex*, const Condition&, Duration),
        "5Mutex16AwaitWithTimeoutERKNS0_9ConditionENS0_8DurationE");
   __tsan_release(this);
-  const bool met = real(this, cond, timeout);
+  const bool met = CALL_IGNORED(real(this, cond, timeout));
   __tsan_acquire(this);
   return met;
 }
@@ -151,7 +183,7 @@ bool Mutex::AwaitWithDeadline(const Condition& cond, Time deadline) {
   REAL(bool (*)(Mutex*, const Condition&, Time),
        "5Mutex17AwaitWithDeadlineERKNS0_9ConditionENS0_4TimeE");
   __tsan_release(this);
-  const bool met = real(this, cond, deadline);
+  const bool met = CALL_IGNORED(real(this, cond, deadline));
   __tsan_acquire(this);
   return met;
 }
@@ -159,20 +191,20 @@ bool Mutex::AwaitWithDeadline(const Condition& cond, Time deadline) {
 void CondVar::Wait(Mutex* mu) {
   REAL(void (*)(CondVar*, Mutex*), "7CondVar4WaitEPNS0_5MutexE");
   __tsan_release(mu);
-  real(this, mu);
+  CALL_IGNORED(real(this, mu));
   __tsan_acquire(mu);
 }
 bool CondVar::WaitWithTimeout(Mutex* mu, Duration timeout) {
   REAL(bool (*)(CondVar*, Mutex*, Duration), "7CondVar15WaitWithTimeoutEPNS0_5MutexENS0_8DurationE");
   __tsan_release(mu);
-  const bool timed_out = real(this, mu, timeout);
+  const bool timed_out = CALL_IGNORED(real(this, mu, timeout));
   __tsan_acquire(mu);
   return timed_out;
 }
 bool CondVar::WaitWithDeadline(Mutex* mu, Time deadline) {
   REAL(bool (*)(CondVar*, Mutex*, Time), "7CondVar16WaitWithDeadlineEPNS0_5MutexENS0_4TimeE");
   __tsan_release(mu);
-  const bool timed_out = real(this, mu, deadline);
+  const bool timed_out = CALL_IGNORED(real(this, mu, deadline));
   __tsan_acquire(mu);
   return timed_out;
 }
@@ -181,7 +213,7 @@ void Notification::Notify() {
   REAL(void (*)(Notification*), "12Notification6NotifyEv");
   __tsan_release(this);
   __tsan_release(NotifiedYet(this));
-  real(this);
+  CALL_IGNORED(real(this));
 }
 void Notification::WaitForNotification() const {
   REAL_CONST(void (*)(const Notification*), "12Notification19WaitForNotificationEv");
@@ -210,7 +242,7 @@ bool BlockingCounter::DecrementCount() {
 }
 void BlockingCounter::Wait() {
   REAL(void (*)(BlockingCounter*), "15BlockingCounter4WaitEv");
-  real(this);
+  CALL_IGNORED(real(this));
   __tsan_acquire(this);
 }
 
