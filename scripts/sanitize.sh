@@ -39,7 +39,9 @@ TSAN_TESTS=(
 # intermittent double free of gRPC's completion queue (grpc_cq_internal_unref
 # on one of the threads of gRPC 1.51's CallbackAlternativeCQ), seen once in a
 # fresh-clone CI run; see docs/testing.md.
-ASAN_EXCLUDE="^(cancellation_test|load_stall_test|model_infer_stream_test)\$"
+# load_generator_test's open-loop cases (sent requests against the arrival
+# schedule) missed their count under ASan in a CI run (486 of 549).
+ASAN_EXCLUDE="^(cancellation_test|load_stall_test|load_generator_test|model_infer_stream_test)\$"
 
 # The guarded shared-memory copy (engine/runtime/guarded_copy.h) handles
 # SIGBUS itself: the sanitizers must leave that signal to it.
