@@ -11,6 +11,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "engine/tensor.h"
 
 namespace convserve {
@@ -76,18 +77,22 @@ absl::Status WriteFileBytes(const std::string& path, const std::string& bytes) {
 }
 
 absl::StatusOr<v1::GraphDef> ReadGraphFile(const std::string& path) {
-  absl::StatusOr<std::string> text = ReadFileBytes(path);
-  if (!text.ok()) return text.status();
+  absl::StatusOr<std::string> bytes = ReadFileBytes(path);
+  if (!bytes.ok()) return bytes.status();
+  return ParseGraphFile(path, *bytes);
+}
+
+absl::StatusOr<v1::GraphDef> ParseGraphFile(const std::string& path, const std::string& bytes) {
   v1::GraphDef graph;
   if (absl::EndsWith(path, ".pb") || absl::EndsWith(path, ".binpb")) {
-    if (!graph.ParseFromString(*text)) {
+    if (!graph.ParseFromString(bytes)) {
       return absl::InvalidArgumentError(
           absl::StrCat(path, ": not a GraphDef in protobuf binary form"));
     }
     return graph;
   }
   if (absl::EndsWith(path, ".json")) {
-    auto status = google::protobuf::util::JsonStringToMessage(*text, &graph);
+    auto status = google::protobuf::util::JsonStringToMessage(bytes, &graph);
     if (!status.ok()) {
       return absl::InvalidArgumentError(
           absl::StrCat(path, ": not a GraphDef in JSON: ", status.ToString()));
@@ -97,45 +102,75 @@ absl::StatusOr<v1::GraphDef> ReadGraphFile(const std::string& path) {
   google::protobuf::TextFormat::Parser parser;
   CollectErrors errors;
   parser.RecordErrorsTo(&errors);
-  if (!parser.ParseFromString(*text, &graph)) {
+  if (!parser.ParseFromString(bytes, &graph)) {
     return absl::InvalidArgumentError(
         absl::StrCat(path, ": not a GraphDef in protobuf text format: ", errors.first()));
   }
   return graph;
 }
 
-absl::Status FillParameters(uint64_t seed, bool with_bias, v1::GraphDef* graph) {
-  if (ElementSize(graph->data_type()) == 0) {
+absl::Status FillParameters(uint64_t seed, bool with_bias, v1::GraphDef* graph,
+                            int64_t max_bytes) {
+  const int element = ElementSize(graph->data_type());
+  if (element == 0) {
     return absl::InvalidArgumentError(
         "data_type must be FLOAT32, FLOAT16 or BFLOAT16 before parameters can be filled");
   }
-  std::mt19937_64 rng(seed);
+  // First every layer's fan-in, and the values of all weights and biases
+  // against the bound, so nothing is allocated for a graph past it. Every
+  // product is checked before it is taken: the sizes are int32 each, and
+  // their product can pass int64.
+  const int64_t max_values = max_bytes / element;
+  int64_t values = 0;
+  std::vector<int64_t> fan_ins;
   int64_t in_channels = graph->input_channels();
   for (int i = 0; i < graph->layers_size(); ++i) {
-    v1::ConvLayer* layer = graph->mutable_layers(i);
-    const int64_t groups = layer->groups() > 0 ? layer->groups() : 1;
-    if (in_channels < 1 || layer->out_channels() < 1 || layer->kernel_size_size() == 0 ||
+    const v1::ConvLayer& layer = graph->layers(i);
+    const int64_t groups = layer.groups() > 0 ? layer.groups() : 1;
+    const int64_t out_channels = layer.out_channels();
+    if (in_channels < 1 || out_channels < 1 || layer.kernel_size_size() == 0 ||
         in_channels % groups != 0) {
       return absl::InvalidArgumentError(absl::StrCat(
           "layers[", i, "]: input_channels, out_channels, kernel_size and groups must be "
           "valid before parameters can be filled"));
     }
     int64_t fan_in = in_channels / groups;
-    for (int64_t k : layer->kernel_size()) fan_in *= std::max<int64_t>(k, 1);
+    bool too_large = fan_in > max_values;
+    for (int64_t k : layer.kernel_size()) {
+      const int64_t extent = std::max<int64_t>(k, 1);
+      too_large = too_large || fan_in > max_values / extent;
+      if (!too_large) fan_in *= extent;
+    }
+    // Weights and a bias: out_channels * (fan_in + 1) values.
+    too_large = too_large || fan_in > (max_values - values) / out_channels - 1;
+    if (too_large) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "layers[", i, "]: its weights (out_channels ", out_channels, ", kernel_size [",
+          absl::StrJoin(layer.kernel_size(), ", "), "], ", in_channels,
+          " input channels, groups ", groups, ") would take the graph's parameters past ",
+          max_bytes, " bytes"));
+    }
+    values += out_channels * (fan_in + 1);
+    fan_ins.push_back(fan_in);
+    in_channels = out_channels;
+  }
+  std::mt19937_64 rng(seed);
+  for (int i = 0; i < graph->layers_size(); ++i) {
+    v1::ConvLayer* layer = graph->mutable_layers(i);
+    const int64_t fan_in = fan_ins[i];
     const float bound = std::sqrt(3.0f / static_cast<float>(fan_in));
     std::uniform_real_distribution<float> weight(-bound, bound);
     if (layer->weights().empty()) {
-      std::vector<float> values(layer->out_channels() * fan_in);
-      for (float& v : values) v = weight(rng);
-      layer->set_weights(FloatsToBytes(graph->data_type(), values));
+      std::vector<float> weights(layer->out_channels() * fan_in);
+      for (float& v : weights) v = weight(rng);
+      layer->set_weights(FloatsToBytes(graph->data_type(), weights));
     }
     if (with_bias && layer->bias().empty()) {
       std::uniform_real_distribution<float> bias(-0.1f, 0.1f);
-      std::vector<float> values(layer->out_channels());
-      for (float& v : values) v = bias(rng);
-      layer->set_bias(FloatsToBytes(graph->data_type(), values));
+      std::vector<float> biases(layer->out_channels());
+      for (float& v : biases) v = bias(rng);
+      layer->set_bias(FloatsToBytes(graph->data_type(), biases));
     }
-    in_channels = layer->out_channels();
   }
   return absl::OkStatus();
 }

@@ -141,6 +141,9 @@ uint16_t FloatToBFloat16(float value) {
 }
 
 void ToFloat(DType dtype, const void* src, float* dst, size_t count) {
+  // An empty tensor's pointers may be null (an empty std::vector's data()),
+  // and memcpy's may not be, even for 0 bytes.
+  if (count == 0) return;
   switch (dtype) {
     case DType::kFloat32:
       std::memcpy(dst, src, count * sizeof(float));
@@ -160,6 +163,7 @@ void ToFloat(DType dtype, const void* src, float* dst, size_t count) {
 }
 
 void FromFloat(DType dtype, const float* src, void* dst, size_t count) {
+  if (count == 0) return;  // as in ToFloat
   switch (dtype) {
     case DType::kFloat32:
       std::memcpy(dst, src, count * sizeof(float));

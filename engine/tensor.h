@@ -43,6 +43,7 @@ float BFloat16ToFloat(uint16_t bits);
 uint16_t FloatToBFloat16(float value);
 
 // Converts `count` little-endian elements of `dtype` at `src` to float.
+// With `count` 0 the pointers may be null.
 void ToFloat(DType dtype, const void* src, float* dst, size_t count);
 // Converts `count` floats to `dtype`, rounding to nearest even.
 void FromFloat(DType dtype, const float* src, void* dst, size_t count);

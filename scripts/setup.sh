@@ -31,6 +31,7 @@ PACKAGES=(
   python3 python3-grpcio python3-protobuf python3-venv
   prometheus curl python3-yaml yamllint docker-compose
   openssl
+  clang-14 libclang-rt-14-dev llvm-14
 )
 
 # The test venv's packages, every one pinned (tritonclient's dependencies

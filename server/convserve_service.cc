@@ -126,28 +126,43 @@ grpc::ServerUnaryReactor* ConvServeService::GetGraph(grpc::CallbackServerContext
 grpc::ServerUnaryReactor* ConvServeService::Infer(grpc::CallbackServerContext* context,
                                                   const grpc::ByteBuffer* request_bytes,
                                                   grpc::ByteBuffer* response_bytes) {
-  const absl::Time start = absl::Now();
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  const auto reject = [&](const absl::Status& status, const std::string& graph) {
-    metrics_->RequestRejected(graph, "convserve", status.code(),
-                              absl::ToDoubleSeconds(absl::Now() - start));
-    reactor->Finish(ToGrpcStatus(status));
-    return reactor;
-  };
   // The tensor goes from gRPC's slices into a host buffer once (page-locked
   // on GPU servers); the rest is parsed as usual.
   RequestRunner* runner = core_->mutable_runner();
-  const HostAllocator allocate = [runner](size_t bytes) {
-    return runner->AllocateHostBuffer(bytes);
+  absl::StatusOr<WireConvServeRequest> wire = ParseInferRequest(
+      *request_bytes, [runner](size_t bytes) { return runner->AllocateHostBuffer(bytes); });
+  if (!wire.ok()) {
+    metrics_->RequestRejected("", "convserve", wire.status().code(), 0);
+    reactor->Finish(ToGrpcStatus(wire.status()));
+    return reactor;
+  }
+  // True once the client cancels and also once the deadline passes, even if
+  // the client never says so: gRPC's server deadline filter (on by default)
+  // cancels the call. tests/integration/cancellation_test.cc checks both.
+  StartInfer(*std::move(wire), [context] { return context->IsCancelled(); },
+             [reactor, response_bytes](const absl::Status& status, grpc::ByteBuffer* bytes) {
+               if (status.ok()) *response_bytes = std::move(*bytes);
+               reactor->Finish(ToGrpcStatus(status));
+             });
+  return reactor;
+}
+
+void ConvServeService::StartInfer(WireConvServeRequest wire, std::function<bool()> cancelled,
+                                  InferDone done) {
+  const absl::Time start = absl::Now();
+  const auto reject = [&](const absl::Status& status, const std::string& graph) {
+    metrics_->RequestRejected(graph, "convserve", status.code(),
+                              absl::ToDoubleSeconds(absl::Now() - start));
+    done(status, nullptr);
   };
-  absl::StatusOr<WireConvServeRequest> wire = ParseInferRequest(*request_bytes, allocate);
-  if (!wire.ok()) return reject(wire.status(), "");
-  const v1::InferRequest& request = wire->request;
+  RequestRunner* runner = core_->mutable_runner();
+  const v1::InferRequest& request = wire.request;
   absl::Status status = RequireGraphName(request.graph());
   if (!status.ok()) return reject(status, "");
   absl::StatusOr<std::shared_ptr<const Graph>> graph = core_->FindGraph(request.graph());
   if (!graph.ok()) return reject(graph.status(), "");
-  absl::StatusOr<WireTensor> input = InferInputFromProto(**graph, request, &wire->data);
+  absl::StatusOr<WireTensor> input = InferInputFromProto(**graph, request, &wire.data);
   if (!input.ok()) return reject(input.status(), (*graph)->name());
 
   const DType dtype = (*graph)->spec().dtype;
@@ -156,14 +171,14 @@ grpc::ServerUnaryReactor* ConvServeService::Infer(grpc::CallbackServerContext* c
   call.graph = *std::move(graph);
   call.input_shape = std::move(input->shape);
   call.input = input->bytes;
-  if (!wire->data.empty()) call.input_memory = wire->data.front();
+  if (!wire.data.empty()) call.input_memory = wire.data.front();
   // The output goes into a host buffer that gRPC then sends as is.
   absl::StatusOr<std::vector<Shape>> shapes = call.graph->InferShapes(call.input_shape);
   std::optional<TensorMemory> output;
   auto response = std::make_shared<v1::InferResponse>();
   if (shapes.ok()) {
     absl::StatusOr<TensorMemory> buffer =
-        allocate(NumElements(shapes->back()) * DTypeSize(dtype));
+        runner->AllocateHostBuffer(NumElements(shapes->back()) * DTypeSize(dtype));
     if (!buffer.ok()) return reject(buffer.status(), call.graph->name());
     output = *buffer;
     call.output_memory = *std::move(buffer);
@@ -171,38 +186,31 @@ grpc::ServerUnaryReactor* ConvServeService::Infer(grpc::CallbackServerContext* c
     call.output = response->mutable_output()->mutable_data();  // the core answers the error
   }
   response->set_graph_id(call.graph->id());
-  // True once the client cancels and also once the deadline passes, even if
-  // the client never says so: gRPC's server deadline filter (on by default)
-  // cancels the call. tests/integration/cancellation_test.cc checks both.
-  call.cancelled = [context] { return context->IsCancelled(); };
+  call.cancelled = std::move(cancelled);
   metrics_->RequestStarted();
   const int64_t bytes_in = static_cast<int64_t>(input->bytes.size());
-  call.done = [this, reactor, response, response_bytes, output, dtype, layout, start,
+  call.done = [this, response, output, dtype, layout, start, done = std::move(done),
                name = call.graph->name(), id = call.graph->id(), bytes_in,
-               request_alive = std::make_shared<WireConvServeRequest>(*std::move(wire))](
+               request_alive = std::make_shared<WireConvServeRequest>(std::move(wire))](
                   const absl::Status& status, const Shape& shape, const InferTimings& timings) {
     int64_t bytes_out = 0;
     absl::Status result = status;
+    absl::StatusOr<grpc::ByteBuffer> bytes = absl::UnknownError("not serialized");
     if (status.ok()) {
       v1::Tensor* tensor = response->mutable_output();
       for (int64_t d : shape) tensor->add_shape(d);
       tensor->set_data_type(DataTypeToProto(dtype));
       tensor->set_layout(LayoutToProto(layout));
       bytes_out = NumElements(shape) * static_cast<int64_t>(DTypeSize(dtype));
-      absl::StatusOr<grpc::ByteBuffer> bytes = SerializeInferResponse(*response, *output);
-      if (bytes.ok()) {
-        *response_bytes = *std::move(bytes);
-      } else {
-        result = bytes.status();
-      }
+      bytes = SerializeInferResponse(*response, *output);
+      if (!bytes.ok()) result = bytes.status();
     }
     metrics_->RequestFinished(name, id, "convserve", result.code(),
                               absl::ToDoubleSeconds(absl::Now() - start), timings, bytes_in,
                               bytes_out);
-    reactor->Finish(ToGrpcStatus(result));
+    done(result, result.ok() ? &*bytes : nullptr);
   };
   core_->Infer(std::move(call));
-  return reactor;
 }
 
 grpc::ServerUnaryReactor* ConvServeService::GetStatistics(

@@ -3,10 +3,13 @@
 #ifndef CONVSERVE_SERVER_CONVSERVE_SERVICE_H_
 #define CONVSERVE_SERVER_CONVSERVE_SERVICE_H_
 
+#include <functional>
+
 #include "convserve/v1/convserve.grpc.pb.h"
 #include "server/graph_management_policy.h"
 #include "server/inference_core.h"
 #include "server/server_metrics.h"
+#include "server/tensor_wire.h"
 
 namespace convserve {
 
@@ -41,6 +44,12 @@ class ConvServeService final : public ConvServeServiceBase {
   grpc::ServerUnaryReactor* GetStatistics(grpc::CallbackServerContext* context,
                                           const v1::GetStatisticsRequest* request,
                                           v1::GetStatisticsResponse* response) override;
+
+  // Infer after its bytes were parsed, without gRPC: checks `wire`, runs it
+  // and calls `done` once, with the serialized response on success (null
+  // otherwise). `cancelled` as in InferCall. The request fuzzer calls it.
+  using InferDone = std::function<void(const absl::Status& status, grpc::ByteBuffer* response)>;
+  void StartInfer(WireConvServeRequest wire, std::function<bool()> cancelled, InferDone done);
 
  private:
   InferenceCore* const core_;

@@ -33,33 +33,119 @@ constexpr uint32_t LengthDelimitedTag(int field) {
   return WireFormatLite::MakeTag(field, WireFormatLite::WIRETYPE_LENGTH_DELIMITED);
 }
 
-// Re-encodes the message on `in` into `out`, except that the length-
-// delimited field at `path` (a field number per nesting level) goes into
-// buffers from `allocate` instead. False with `error` set on bad input.
-bool Extract(CodedInputStream* in, CodedOutputStream* out, absl::Span<const int> path,
-             size_t received, const HostAllocator& allocate, std::vector<TensorMemory>* tensors,
+// Reads a varint of at most `max_bytes` bytes, appending its bytes to `raw`;
+// false past that or at the end of the input. The value keeps its low 64
+// bits, as protobuf's parser does.
+bool ReadVarint(CodedInputStream* in, int max_bytes, uint64_t* value, std::string* raw) {
+  *value = 0;
+  for (int i = 0; i < max_bytes; ++i) {
+    uint8_t byte = 0;
+    if (!in->ReadRaw(&byte, 1)) return false;
+    raw->push_back(static_cast<char>(byte));
+    *value |= static_cast<uint64_t>(byte & 0x7f) << (7 * i);
+    if (byte < 0x80) return true;
+  }
+  return false;
+}
+
+// Protobuf's parser's bounds (parse_context.h): a tag takes at most 5 bytes,
+// a length at most 5 and stays below 2 GiB, a varint at most 10.
+constexpr int kMaxTagBytes = 5;
+constexpr int kMaxLengthBytes = 5;
+constexpr int kMaxVarintBytes = 10;
+constexpr uint64_t kMaxLength = INT_MAX;
+
+// Reads a length of a length-delimited field and checks it against what is
+// left of the enclosing message.
+bool ReadLength(CodedInputStream* in, uint32_t* length, std::string* raw, absl::Status* error) {
+  uint64_t value = 0;
+  if (!ReadVarint(in, kMaxLengthBytes, &value, raw) || value > kMaxLength ||
+      value > static_cast<uint64_t>(in->BytesUntilLimit())) {
+    *error = absl::InvalidArgumentError("a length is past the end of the message");
+    return false;
+  }
+  *length = static_cast<uint32_t>(value);
+  return true;
+}
+
+// Copies the value of a field with tag `tag` (not on the tensor's path)
+// from `in` to `out` as it was sent, checking it as protobuf's parser would:
+// varints of at most 10 bytes, lengths within the message, groups closed by
+// their own end tag. The copy is parsed by protobuf later, so what the bytes
+// mean is checked there.
+bool CopyField(CodedInputStream* in, uint32_t tag, std::string* out, absl::Status* error,
+               int depth) {
+  const auto malformed = [error] {
+    *error = absl::InvalidArgumentError("malformed field");
+    return false;
+  };
+  uint64_t value = 0;
+  switch (WireFormatLite::GetTagWireType(tag)) {
+    case WireFormatLite::WIRETYPE_VARINT:
+      return ReadVarint(in, kMaxVarintBytes, &value, out) || malformed();
+    case WireFormatLite::WIRETYPE_FIXED64:
+    case WireFormatLite::WIRETYPE_FIXED32: {
+      const int bytes =
+          WireFormatLite::GetTagWireType(tag) == WireFormatLite::WIRETYPE_FIXED64 ? 8 : 4;
+      std::string fixed;
+      if (!in->ReadString(&fixed, bytes)) return malformed();
+      out->append(fixed);
+      return true;
+    }
+    case WireFormatLite::WIRETYPE_LENGTH_DELIMITED: {
+      uint32_t length = 0;
+      if (!ReadLength(in, &length, out, error)) return false;
+      std::string bytes;
+      if (!in->ReadString(&bytes, static_cast<int>(length))) return malformed();
+      out->append(bytes);
+      return true;
+    }
+    case WireFormatLite::WIRETYPE_START_GROUP: {
+      // Protobuf's parser nests at most 100 deep.
+      if (depth >= 100) return malformed();
+      while (true) {
+        uint64_t inner = 0;
+        if (!ReadVarint(in, kMaxTagBytes, &inner, out)) return malformed();
+        const uint32_t inner_tag = static_cast<uint32_t>(inner);
+        if (WireFormatLite::GetTagFieldNumber(inner_tag) == 0) return malformed();
+        if (WireFormatLite::GetTagWireType(inner_tag) == WireFormatLite::WIRETYPE_END_GROUP) {
+          return WireFormatLite::GetTagFieldNumber(inner_tag) ==
+                     WireFormatLite::GetTagFieldNumber(tag) ||
+                 malformed();
+        }
+        if (!CopyField(in, inner_tag, out, error, depth + 1)) return false;
+      }
+    }
+    default:  // an end group without its start, or wire types 6 and 7
+      return malformed();
+  }
+}
+
+// Copies the message on `in` (up to the current limit) to `out` as sent,
+// except that the length-delimited field at `path` (a field number per
+// nesting level) goes into buffers from `allocate` instead, and messages on
+// the path are re-encoded without it. False with `error` set on bad input.
+bool Extract(CodedInputStream* in, std::string* out, absl::Span<const int> path,
+             const HostAllocator& allocate, std::vector<TensorMemory>* tensors,
              absl::Status* error) {
-  while (true) {
-    const uint32_t tag = in->ReadTag();
-    if (tag == 0) {
-      // The end of the message (or of the nested one's limit), or garbage.
-      if (in->ConsumedEntireMessage()) return true;
+  while (in->BytesUntilLimit() > 0) {
+    std::string tag_bytes;
+    uint64_t value = 0;
+    if (!ReadVarint(in, kMaxTagBytes, &value, &tag_bytes) ||
+        WireFormatLite::GetTagFieldNumber(static_cast<uint32_t>(value)) == 0) {
       *error = absl::InvalidArgumentError("malformed field");
       return false;
     }
+    const uint32_t tag = static_cast<uint32_t>(value);
     if (tag != LengthDelimitedTag(path.front())) {
-      if (!WireFormatLite::SkipField(in, tag, out)) {
-        *error = absl::InvalidArgumentError("malformed field");
-        return false;
-      }
+      out->append(tag_bytes);
+      if (!CopyField(in, tag, out, error, 0)) return false;
       continue;
     }
     uint32_t length = 0;
+    std::string length_bytes;
     // Never allocate or descend past what was received.
-    if (!in->ReadVarint32(&length) || length > received || length > INT_MAX) {
-      *error = absl::InvalidArgumentError("a length is past the end of the message");
-      return false;
-    }
+    if (!ReadLength(in, &length, &length_bytes, error)) return false;
     if (path.size() == 1) {
       absl::StatusOr<TensorMemory> buffer = allocate(length);
       if (!buffer.ok()) {
@@ -73,21 +159,18 @@ bool Extract(CodedInputStream* in, CodedOutputStream* out, absl::Span<const int>
       tensors->push_back(*std::move(buffer));
       continue;
     }
-    // A nested message on the path: re-encode it without the tensor.
+    // A nested message on the path: re-encoded without the tensor.
     std::string inner;
-    {
-      StringOutputStream inner_stream(&inner);
-      CodedOutputStream inner_out(&inner_stream);
-      const CodedInputStream::Limit limit = in->PushLimit(static_cast<int>(length));
-      if (!Extract(in, &inner_out, path.subspan(1), received, allocate, tensors, error)) {
-        return false;
-      }
-      in->PopLimit(limit);
-    }
-    out->WriteTag(tag);
-    out->WriteVarint32(static_cast<uint32_t>(inner.size()));
-    out->WriteString(inner);
+    const CodedInputStream::Limit limit = in->PushLimit(static_cast<int>(length));
+    if (!Extract(in, &inner, path.subspan(1), allocate, tensors, error)) return false;
+    in->PopLimit(limit);
+    StringOutputStream stream(out);
+    CodedOutputStream coded(&stream);
+    coded.WriteTag(tag);
+    coded.WriteVarint32(static_cast<uint32_t>(inner.size()));
+    coded.WriteString(inner);
   }
+  return true;
 }
 
 // Parses `bytes` into `message`, the field at `path` into `tensors`.
@@ -99,16 +182,18 @@ absl::Status ParseWithoutTensor(const grpc::ByteBuffer& bytes, absl::Span<const 
   grpc::ProtoBufferReader reader(&copy);
   CodedInputStream input(&reader);
   input.SetTotalBytesLimit(INT_MAX);
+  if (bytes.Length() > kMaxLength) {
+    return absl::InvalidArgumentError(absl::StrCat("the request is not a valid ",
+                                                   message->GetTypeName(), ": over 2 GiB"));
+  }
+  // Every read is then bounded by what is left of the message.
+  input.PushLimit(static_cast<int>(bytes.Length()));
   std::string rest;
   absl::Status error;
-  {
-    StringOutputStream rest_stream(&rest);
-    CodedOutputStream output(&rest_stream);
-    if (!Extract(&input, &output, path, bytes.Length(), allocate, tensors, &error)) {
-      return absl::Status(error.code(), absl::StrCat("the request is not a valid ",
-                                                     message->GetTypeName(), ": ",
-                                                     error.message()));
-    }
+  if (!Extract(&input, &rest, path, allocate, tensors, &error)) {
+    return absl::Status(error.code(), absl::StrCat("the request is not a valid ",
+                                                   message->GetTypeName(), ": ",
+                                                   error.message()));
   }
   if (!message->ParseFromString(rest)) {
     return absl::InvalidArgumentError(

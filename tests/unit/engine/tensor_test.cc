@@ -5,6 +5,7 @@
 #include <cstring>
 #include <limits>
 #include <numeric>
+#include <string>
 #include <vector>
 
 #include "gmock/gmock.h"
@@ -73,6 +74,20 @@ TEST(TensorTest, PhysicalShapeMovesChannelsLast) {
   EXPECT_THAT(PhysicalShape({2, 3, 4, 5, 6}, false), ElementsAre(2, 3, 4, 5, 6));
   // Without spatial dims there is nothing to move.
   EXPECT_THAT(PhysicalShape({4, 3}, true), ElementsAre(4, 3));
+}
+
+// An empty tensor may come as null pointers (an empty vector's data()); the
+// conversions must not pass them to memcpy, which UBSan reports (the ASan
+// build's random_graph_test did, decoding a layer without a bias).
+TEST(TensorTest, EmptyConversionsTakeNullPointers) {
+  for (DType dtype : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
+    ToFloat(dtype, nullptr, nullptr, 0);
+    FromFloat(dtype, nullptr, nullptr, 0);
+    std::vector<float> none;
+    std::string bytes;
+    ToFloat(dtype, bytes.data(), none.data(), none.size());
+    FromFloat(dtype, none.data(), bytes.data(), none.size());
+  }
 }
 
 TEST(TensorTest, HalfToFloatMatchesDefinitionForEveryNonNaNPattern) {

@@ -85,6 +85,81 @@ TEST(TensorWireTest, MalformedRequestIsInvalidArgument) {
   }
 }
 
+// Encodings protobuf's parser refuses are refused here too, and valid but
+// unusual ones are kept as sent: the wire parser accepts exactly the
+// messages protobuf accepts (found by tests/fuzz/infer_request_fuzzer.cc,
+// whose first crash was the over-long tag).
+struct WireCase {
+  std::string name;
+  std::string bytes;
+};
+
+std::vector<WireCase> RefusedByProtobuf() {
+  const std::string graph = std::string("\x0a\x01g", 3);  // InferRequest.graph = "g"
+  return {
+      // A tag in 6 bytes (protobuf reads at most 5): field 3, varint.
+      {"over_long_tag", graph + std::string("\x98\x80\x80\x80\x80\x00\x01", 7)},
+      // Field 2 (input) says 20 bytes, 4 follow: a nested message cut short
+      // inside what was received.
+      {"nested_past_the_end", graph + std::string("\x12\x14\x0a\x02\x01\x02", 6)},
+      // An unknown length-delimited field whose length takes 6 bytes.
+      {"over_long_length", graph + std::string("\x1a\x81\x80\x80\x80\x80\x00x", 8)},
+      // A length of 2 GiB.
+      {"length_over_2gib", graph + std::string("\x1a\x80\x80\x80\x80\x08", 6)},
+      // A varint in 11 bytes.
+      {"over_long_varint",
+       graph + std::string("\x18\x80\x80\x80\x80\x80\x80\x80\x80\x80\x80\x01", 12)},
+      // A group closed by another field's end tag, and an end tag alone.
+      {"unmatched_group", graph + std::string("\x1b\x08\x01\x24", 4)},
+      {"end_group_alone", graph + std::string("\x1c", 1)},
+      // Field number 0 with wire type 2.
+      {"field_zero", graph + std::string("\x02\x00", 2)},
+  };
+}
+
+TEST(TensorWireTest, RequestsProtobufRefusesAreInvalidArgument) {
+  std::shared_ptr<HostBufferPool> pool = HostBufferPool::CreateUnpinned();
+  const HostAllocator allocate = [&](size_t bytes) { return pool->Get(bytes); };
+  for (const WireCase& c : RefusedByProtobuf()) {
+    SCOPED_TRACE(c.name);
+    v1::InferRequest protobuf;
+    ASSERT_FALSE(protobuf.ParseFromString(c.bytes)) << "the case must be invalid protobuf";
+    for (size_t piece : {size_t{1}, size_t{3}, size_t{1} << 20}) {
+      absl::StatusOr<WireConvServeRequest> parsed = ParseInferRequest(Sliced(c.bytes, piece), allocate);
+      EXPECT_TRUE(absl::IsInvalidArgument(parsed.status())) << parsed.status();
+    }
+  }
+}
+
+TEST(TensorWireTest, UnusualButValidEncodingsParseAsProtobufParsesThem) {
+  std::shared_ptr<HostBufferPool> pool = HostBufferPool::CreateUnpinned();
+  const HostAllocator allocate = [&](size_t bytes) { return pool->Get(bytes); };
+  const std::string graph = std::string("\x0a\x01g", 3);
+  const std::vector<WireCase> cases = {
+      // An unknown field whose length 1 takes 5 bytes, and a tag in 5 bytes.
+      {"long_length", graph + std::string("\x1a\x81\x80\x80\x80\x00x", 7)},
+      {"long_tag", graph + std::string("\x98\x80\x80\x80\x00\x05", 6)},
+      // A closed group holding a fixed32, and input.data in a nested input.
+      {"group", graph + std::string("\x1b\x0d\x01\x02\x03\x04\x1c", 7)},
+      {"data", graph + std::string("\x12\x06\x0a\x01\x05\x22\x01\x7f", 8)},
+  };
+  for (const WireCase& c : cases) {
+    SCOPED_TRACE(c.name);
+    v1::InferRequest expected;
+    ASSERT_TRUE(expected.ParseFromString(c.bytes)) << "the case must be valid protobuf";
+    for (size_t piece : {size_t{1}, size_t{2}, size_t{1} << 20}) {
+      absl::StatusOr<WireConvServeRequest> parsed = ParseInferRequest(Sliced(c.bytes, piece), allocate);
+      ASSERT_TRUE(parsed.ok()) << parsed.status();
+      v1::InferRequest actual = parsed->request;
+      if (!parsed->data.empty()) {
+        actual.mutable_input()->set_data(reinterpret_cast<const char*>(parsed->data[0].data),
+                                         parsed->data[0].bytes);
+      }
+      EXPECT_TRUE(MessageDifferencer::Equals(actual, expected));
+    }
+  }
+}
+
 TEST(TensorWireTest, ResponseWithTensorSliceParsesBackAndHoldsTheBuffer) {
   std::shared_ptr<HostBufferPool> pool = HostBufferPool::CreateUnpinned();
   inference::ModelInferResponse header;

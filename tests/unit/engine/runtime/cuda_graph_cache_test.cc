@@ -18,7 +18,9 @@ namespace convserve {
 namespace {
 
 // Stands in for a worker's executable graphs: counts live instances, so a
-// test sees when the cache lets one go.
+// test sees when the cache lets one go. Tests declare the counter before the
+// cache, which outlives it otherwise and decrements it from its destructor
+// (AddressSanitizer: stack-use-after-scope).
 struct FakeExec {
   explicit FakeExec(int id, std::atomic<int>* live) : id(id), live(live) { ++*live; }
   ~FakeExec() { --*live; }
@@ -53,9 +55,9 @@ CudaGraphKey Key(const std::string& graph, const void* input, const void* output
 int in_buffer[4], out_buffer[4];
 
 TEST(CudaGraphCacheTest, CapturesOnSecondRunAndReplaysAfter) {
-  Cache cache({});
-  Dependencies deps;
   std::atomic<int> live{0};
+  Dependencies deps;
+  Cache cache({});
   const CudaGraphKey key = Key("g", &in_buffer[0], &out_buffer[0]);
   EXPECT_EQ(cache.Find(key, deps.Get()), nullptr);
   EXPECT_FALSE(cache.ShouldCapture(key)) << "the first run warms up, outside capture";
@@ -77,9 +79,9 @@ TEST(CudaGraphCacheTest, CapturesOnSecondRunAndReplaysAfter) {
 }
 
 TEST(CudaGraphCacheTest, PointersArePartOfTheKey) {
-  Cache cache({});
-  Dependencies deps;
   std::atomic<int> live{0};
+  Dependencies deps;
+  Cache cache({});
   const CudaGraphKey a = Key("g", &in_buffer[0], &out_buffer[0]);
   const CudaGraphKey other_input = Key("g", &in_buffer[1], &out_buffer[0]);
   const CudaGraphKey other_output = Key("g", &in_buffer[0], &out_buffer[1]);
@@ -93,9 +95,9 @@ TEST(CudaGraphCacheTest, PointersArePartOfTheKey) {
 }
 
 TEST(CudaGraphCacheTest, ReloadedWeightsMakeTheEntryStale) {
-  Cache cache({});
-  Dependencies deps;
   std::atomic<int> live{0};
+  Dependencies deps;
+  Cache cache({});
   const CudaGraphKey key = Key("g", &in_buffer[0], &out_buffer[0]);
   cache.Insert(key, deps.Get(), std::make_shared<FakeExec>(1, &live), false);
   // The graph is unloaded and loaded again: new weights, maybe at the same
@@ -110,9 +112,9 @@ TEST(CudaGraphCacheTest, ReloadedWeightsMakeTheEntryStale) {
 }
 
 TEST(CudaGraphCacheTest, EvictedOrRebuiltPlanMakesTheEntryStale) {
-  Cache cache({});
-  Dependencies deps;
   std::atomic<int> live{0};
+  Dependencies deps;
+  Cache cache({});
   const CudaGraphKey key = Key("g", &in_buffer[0], &out_buffer[0]);
   cache.Insert(key, deps.Get(), std::make_shared<FakeExec>(1, &live), false);
   // A different live plan object (rebuilt while the old one lives on).
@@ -131,9 +133,9 @@ TEST(CudaGraphCacheTest, EvictedOrRebuiltPlanMakesTheEntryStale) {
 }
 
 TEST(CudaGraphCacheTest, EraseGraphDropsEntriesSeenKeysAndMarks) {
-  Cache cache({});
-  Dependencies deps;
   std::atomic<int> live{0};
+  Dependencies deps;
+  Cache cache({});
   const CudaGraphKey g = Key("g", &in_buffer[0], &out_buffer[0]);
   const CudaGraphKey g2 = Key("g", &in_buffer[1], &out_buffer[1]);
   const CudaGraphKey h = Key("h", &in_buffer[0], &out_buffer[0]);
@@ -150,9 +152,9 @@ TEST(CudaGraphCacheTest, EraseGraphDropsEntriesSeenKeysAndMarks) {
 }
 
 TEST(CudaGraphCacheTest, ClearDropsEntriesButKeepsMarks) {
-  Cache cache({});
-  Dependencies deps;
   std::atomic<int> live{0};
+  Dependencies deps;
+  Cache cache({});
   const CudaGraphKey key = Key("g", &in_buffer[0], &out_buffer[0]);
   cache.Insert(key, deps.Get(), std::make_shared<FakeExec>(1, &live), false);
   cache.MarkUncapturable(Key("g", &in_buffer[0], &out_buffer[0], {5, 8, 16, 16}));
@@ -167,9 +169,9 @@ TEST(CudaGraphCacheTest, EntriesAreBoundedLeastRecentlyUsedOut) {
   CudaGraphCacheOptions options;
   options.max_entries = 3;
   options.max_variants = 100;
-  Cache cache(options);
-  Dependencies deps;
   std::atomic<int> live{0};
+  Dependencies deps;
+  Cache cache(options);
   std::vector<CudaGraphKey> keys;
   for (int i = 0; i < 4; ++i) keys.push_back(Key("g" + std::to_string(i), in_buffer, out_buffer));
   for (int i = 0; i < 3; ++i) {
@@ -189,9 +191,9 @@ TEST(CudaGraphCacheTest, EntriesAreBoundedLeastRecentlyUsedOut) {
 TEST(CudaGraphCacheTest, PointerVariantsBeyondTheBoundReuseTheOldest) {
   CudaGraphCacheOptions options;
   options.max_variants = 2;
-  Cache cache(options);
-  Dependencies deps;
   std::atomic<int> live{0};
+  Dependencies deps;
+  Cache cache(options);
   const CudaGraphKey a = Key("g", &in_buffer[0], &out_buffer[0]);
   const CudaGraphKey b = Key("g", &in_buffer[1], &out_buffer[1]);
   const CudaGraphKey c = Key("g", &in_buffer[2], &out_buffer[2]);
@@ -213,9 +215,9 @@ TEST(CudaGraphCacheTest, PointerVariantsBeyondTheBoundReuseTheOldest) {
 }
 
 TEST(CudaGraphCacheTest, UncapturableTopologyIsNeverCapturedAgain) {
-  Cache cache({});
-  Dependencies deps;
   std::atomic<int> live{0};
+  Dependencies deps;
+  Cache cache({});
   const CudaGraphKey key = Key("g", &in_buffer[0], &out_buffer[0]);
   const CudaGraphKey variant = Key("g", &in_buffer[1], &out_buffer[1]);
   cache.Insert(variant, deps.Get(), std::make_shared<FakeExec>(1, &live), false);
@@ -247,9 +249,9 @@ TEST(CudaGraphCacheTest, SeenKeysAreBounded) {
 }
 
 TEST(CudaGraphCacheTest, EraseFromAnotherThreadWhileTheWorkerLooksUp) {
-  Cache cache({});
-  Dependencies deps;
   std::atomic<int> live{0};
+  Dependencies deps;
+  Cache cache({});
   const CudaGraphKey key = Key("g", in_buffer, out_buffer);
   std::thread worker([&] {
     for (int i = 0; i < 2000; ++i) {
