@@ -22,6 +22,7 @@ ConvServeClient::ConvServeClient(const ClientOptions& options) : options_(option
     args.SetServiceConfigJSON(
         absl::StrCat(R"({"loadBalancingConfig":[{")", options.load_balancing_policy, R"(":{}}]})"));
   }
+  if (options.own_connection) args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   std::shared_ptr<grpc::ChannelCredentials> credentials = MakeChannelCredentials(options.tls, &args);
   channel_ = grpc::CreateCustomChannel(options.address, credentials, args);
   convserve_ = v1::ConvServe::NewStub(channel_);

@@ -38,6 +38,10 @@ struct ClientOptions {
   // Sent as `authorization: Bearer <token>` on LoadGraph and UnloadGraph
   // (a server with --graph_management=token); empty sends none.
   std::string graph_management_token;
+  // A TCP connection of this client's own instead of the one gRPC shares
+  // among channels with equal arguments to the same target (one HTTP/2
+  // connection is served by one thread at a time on each side).
+  bool own_connection = false;
 };
 
 class ConvServeClient {

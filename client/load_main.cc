@@ -61,6 +61,9 @@ ABSL_FLAG(int, shared_memory_slots, 0,
           "concurrency level; 64 in an open loop; 1 without a load mode)");
 ABSL_FLAG(bool, streaming, false,
           "KServe only: send over one ModelStreamInfer stream per server instead of unary calls");
+ABSL_FLAG(int, connections, 0,
+          "TCP connections to each server, taken in turn by the requests; 0: one per 16 "
+          "requests in flight (the largest concurrency level, 64 in an open loop), at most 8");
 ABSL_FLAG(int, requests, 1, "without a load mode: requests to send, one after another");
 ABSL_FLAG(bool, unload, false, "unload the graph at the end");
 ABSL_FLAG(double, wait_for_server, 0,
@@ -170,6 +173,17 @@ absl::StatusOr<LoadSessionOptions> SessionOptionsFromFlags(const LoadOptions* lo
     } else if (load != nullptr) {
       options.shared_memory_slots = kOpenLoopSlots;
     }
+  }
+  options.connections = absl::GetFlag(FLAGS_connections);
+  if (options.connections < 0) return absl::InvalidArgumentError("--connections must be >= 0");
+  if (options.connections == 0) {
+    int most_in_flight = 1;
+    if (load != nullptr && load->mode == LoadMode::kClosedLoop) {
+      for (int c : load->concurrency) most_in_flight = std::max(most_in_flight, c);
+    } else if (load != nullptr) {
+      most_in_flight = kOpenLoopSlots;
+    }
+    options.connections = AutoConnections(most_in_flight);
   }
   options.timeout = absl::GetFlag(FLAGS_timeout);
   options.wait_for_server = absl::Seconds(absl::GetFlag(FLAGS_wait_for_server));

@@ -1,5 +1,6 @@
 #include "client/load_session.h"
 
+#include <algorithm>
 #include <chrono>
 #include <thread>
 #include <utility>
@@ -12,6 +13,11 @@
 #include "client/kserve_request_sender.h"
 
 namespace convserve {
+
+int AutoConnections(int most_in_flight) {
+  return std::clamp((most_in_flight + 15) / 16, 1, 8);
+}
+
 namespace {
 
 absl::Status Annotate(const std::string& what, const absl::Status& status) {
@@ -37,7 +43,7 @@ absl::Status AdminClients(const ServerPool& pool, const ClientOptions& base,
                           std::vector<std::unique_ptr<ConvServeClient>>* own,
                           std::vector<ConvServeClient*>* servers) {
   if (!pool.balanced()) {
-    for (const auto& client : pool.clients()) servers->push_back(client.get());
+    *servers = pool.servers();
     return absl::OkStatus();
   }
   absl::StatusOr<std::vector<std::string>> addresses = pool.ResolveServers();
@@ -222,7 +228,7 @@ absl::StatusOr<std::unique_ptr<LoadSession>> LoadSession::Create(
   client_options.tls = options.tls;
   client_options.graph_management_token = options.graph_management_token;
   absl::StatusOr<std::unique_ptr<ServerPool>> pool =
-      ServerPool::Create(options.servers, client_options);
+      ServerPool::Create(options.servers, client_options, options.connections);
   if (!pool.ok()) return pool.status();
   if (options.wait_for_server > absl::ZeroDuration()) {
     for (const auto& client : (*pool)->clients()) {

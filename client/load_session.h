@@ -43,9 +43,16 @@ enum class LoadWarmup {
 absl::StatusOr<LoadWarmup> ParseLoadWarmup(const std::string& text,
                                            std::vector<WarmupSize>* sizes);
 
+// --connections=0: one connection per 16 requests in flight at most, up to
+// 8 (a connection serves about 20,000 small calls a second).
+int AutoConnections(int most_in_flight);
+
 struct LoadSessionOptions {
   // --server: host:port[,host:port...] or a resolver target (server_pool.h).
   std::string servers = "localhost:8001";
+  // TCP connections to each server (channels with a connection of their
+  // own); requests take turns over them (server_pool.h).
+  int connections = 1;
   // Exactly one of: a graph file to load on every server, or the name or id
   // of a graph already loaded.
   std::string graph_file;

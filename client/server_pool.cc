@@ -104,29 +104,48 @@ bool IsResolverTarget(const std::string& target) {
 }
 
 absl::StatusOr<std::unique_ptr<ServerPool>> ServerPool::Create(const std::string& servers,
-                                                               const ClientOptions& base) {
+                                                               const ClientOptions& base,
+                                                               int connections) {
   const std::string trimmed(absl::StripAsciiWhitespace(servers));
   if (trimmed.empty()) return absl::InvalidArgumentError("--server is empty");
-  std::vector<std::unique_ptr<ConvServeClient>> clients;
-  if (IsResolverTarget(trimmed)) {
+  if (connections < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--connections is ", connections, "; give 1 or more"));
+  }
+  std::vector<ClientOptions> entries;
+  const bool balanced = IsResolverTarget(trimmed);
+  if (balanced) {
     // The comma in "ipv4:a:p,b:p" belongs to the target: gRPC splits it.
     ClientOptions options = base;
     options.address = trimmed;
     options.load_balancing_policy = "round_robin";
-    clients.push_back(std::make_unique<ConvServeClient>(options));
-    return std::unique_ptr<ServerPool>(new ServerPool(std::move(clients), /*balanced=*/true));
-  }
-  for (absl::string_view part : absl::StrSplit(trimmed, ',')) {
-    const std::string address(absl::StripAsciiWhitespace(part));
-    if (address.empty()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--server '", servers, "' has an empty entry; give host:port,host:port"));
+    entries.push_back(options);
+  } else {
+    for (absl::string_view part : absl::StrSplit(trimmed, ',')) {
+      const std::string address(absl::StripAsciiWhitespace(part));
+      if (address.empty()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--server '", servers, "' has an empty entry; give host:port,host:port"));
+      }
+      ClientOptions options = base;
+      options.address = address;
+      entries.push_back(options);
     }
-    ClientOptions options = base;
-    options.address = address;
-    clients.push_back(std::make_unique<ConvServeClient>(options));
   }
-  return std::unique_ptr<ServerPool>(new ServerPool(std::move(clients), /*balanced=*/false));
+  std::vector<std::unique_ptr<ConvServeClient>> clients;
+  for (int connection = 0; connection < connections; ++connection) {
+    for (ClientOptions options : entries) {
+      options.own_connection = connections > 1;
+      clients.push_back(std::make_unique<ConvServeClient>(options));
+    }
+  }
+  return std::unique_ptr<ServerPool>(new ServerPool(std::move(clients), entries.size(), balanced));
+}
+
+std::vector<ConvServeClient*> ServerPool::servers() const {
+  std::vector<ConvServeClient*> servers;
+  for (size_t i = 0; i < servers_; ++i) servers.push_back(clients_[i].get());
+  return servers;
 }
 
 ConvServeClient& ServerPool::Next() {
@@ -140,7 +159,7 @@ absl::StatusOr<std::vector<std::string>> ServerPool::ResolveServers() const {
 
 std::vector<std::string> ServerPool::targets() const {
   std::vector<std::string> targets;
-  for (const auto& client : clients_) targets.push_back(client->options().address);
+  for (const ConvServeClient* client : servers()) targets.push_back(client->options().address);
   return targets;
 }
 

@@ -78,6 +78,34 @@ TEST(ServerPoolTest, CommaListIsOneChannelPerAddress) {
   EXPECT_FALSE(ServerPool::Create(" ").ok());
 }
 
+TEST(ServerPoolTest, ConnectionsRepeatTheChannelsEachWithItsOwnConnection) {
+  absl::StatusOr<std::unique_ptr<ServerPool>> pool = ServerPool::Create("a:1,b:2", {}, 2);
+  ASSERT_TRUE(pool.ok()) << pool.status();
+  const auto& clients = (*pool)->clients();
+  ASSERT_EQ(clients.size(), 4u);
+  for (const auto& client : clients) EXPECT_TRUE(client->options().own_connection);
+  EXPECT_THAT((*pool)->targets(), ElementsAre("a:1", "b:2"));
+  ASSERT_EQ((*pool)->servers().size(), 2u);
+  EXPECT_EQ((*pool)->servers()[0], clients[0].get());
+  EXPECT_EQ((*pool)->servers()[1], clients[1].get());
+  // Servers alternate, connections take turns behind them.
+  for (const char* address : {"a:1", "b:2", "a:1", "b:2"}) {
+    EXPECT_EQ((*pool)->Next().options().address, address);
+  }
+  EXPECT_EQ(&(*pool)->Next(), clients[0].get());
+  EXPECT_FALSE((*ServerPool::Create("a:1"))->clients()[0]->options().own_connection);
+  EXPECT_EQ(ServerPool::Create("a:1", {}, 0).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ((*ServerPool::Create("dns:///x:1", {}, 3))->clients().size(), 3u);
+}
+
+TEST(ServerPoolTest, AutoConnectionsIsOnePerSixteenInFlightUpToEight) {
+  EXPECT_EQ(AutoConnections(1), 1);
+  EXPECT_EQ(AutoConnections(16), 1);
+  EXPECT_EQ(AutoConnections(17), 2);
+  EXPECT_EQ(AutoConnections(64), 4);
+  EXPECT_EQ(AutoConnections(1000), 8);
+}
+
 TEST(ServerPoolTest, ResolverTargetIsOneRoundRobinChannel) {
   for (const char* target : {"dns:///convserve.default.svc:8001", "ipv4:127.0.0.1:1,127.0.0.1:2",
                              "unix:/tmp/convserve.sock"}) {

@@ -3,8 +3,12 @@
 // share a run evenly; a resolver target (ipv4:a,b here, dns:///name in a
 // deployment) gets gRPC's round_robin policy, so both are used, where the
 // default pick_first would send everything to one; the graph file is loaded
-// on every address the target resolves to.
+// on every address the target resolves to. With --connections, each server
+// gets that many TCP connections, the graph is still loaded once per server,
+// and requests take turns over all of them.
+#include <fstream>
 #include <memory>
+#include <sstream>
 #include <string>
 
 #include "client/load_generator.h"
@@ -37,6 +41,62 @@ TEST(LoadSpreadTest, CommaSeparatedServersShareRequestsEvenly) {
   // One request each in turn.
   EXPECT_LE(std::abs(a.run_count() - b.run_count()), 1);
   EXPECT_EQ(result->servers.size(), 2u);
+}
+
+// Established TCP connections of this process to local `port` (the client
+// ends: their remote port is the server's), from /proc/self/net/tcp{,6}.
+int ConnectionsTo(int port) {
+  int count = 0;
+  for (const char* table : {"/proc/self/net/tcp", "/proc/self/net/tcp6"}) {
+    std::ifstream in(table);
+    std::string line;
+    std::getline(in, line);  // header
+    while (std::getline(in, line)) {
+      std::istringstream fields(line);
+      std::string slot, local, remote, state;
+      fields >> slot >> local >> remote >> state;
+      const size_t colon = remote.rfind(':');
+      if (state == "01" && colon != std::string::npos &&
+          std::stoi(remote.substr(colon + 1), nullptr, 16) == port) {
+        ++count;
+      }
+    }
+  }
+  return count;
+}
+
+int PortOf(const std::string& address) { return std::stoi(address.substr(address.rfind(':') + 1)); }
+
+TEST(LoadSpreadTest, ConnectionsOpensThatManyTcpConnectionsToEachServer) {
+  InstrumentedServer a;
+  InstrumentedServer b;
+  LoadSessionOptions options = ResnetSession(a.address() + "," + b.address());
+  options.connections = 3;
+  absl::StatusOr<std::unique_ptr<LoadSession>> session =
+      LoadSession::Create(options, [](const std::string&) {});
+  ASSERT_TRUE(session.ok()) << session.status();
+  EXPECT_EQ((*session)->pool().clients().size(), 6u);
+  EXPECT_EQ((*session)->pool().servers().size(), 2u);
+  EXPECT_THAT((*session)->pool().targets(), ElementsAre(a.address(), b.address()));
+
+  absl::StatusOr<RunResult> result = RunLoad(**session, ClosedLoopByCount({6}, 120, 1));
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->totals.errors, 0);
+  EXPECT_EQ(a.run_count() + b.run_count(), result->totals.sent);
+  EXPECT_LE(std::abs(a.run_count() - b.run_count()), 1);
+  EXPECT_EQ(ConnectionsTo(PortOf(a.address())), 3);
+  EXPECT_EQ(ConnectionsTo(PortOf(b.address())), 3);
+  EXPECT_EQ(result->servers.size(), 2u);
+}
+
+TEST(LoadSpreadTest, OneConnectionIsSharedByDefault) {
+  InstrumentedServer a;
+  absl::StatusOr<std::unique_ptr<LoadSession>> session =
+      LoadSession::Create(ResnetSession(a.address()), [](const std::string&) {});
+  ASSERT_TRUE(session.ok()) << session.status();
+  absl::StatusOr<RunResult> result = RunLoad(**session, ClosedLoopByCount({4}, 40, 1));
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(ConnectionsTo(PortOf(a.address())), 1);
 }
 
 TEST(LoadSpreadTest, ResolverTargetLoadsEveryServerAndBalancesRoundRobin) {
