@@ -61,22 +61,49 @@ run() {
   echo "$name rc=$?"
 }
 
-run msg_401k 1,64,56,56 1
-run sys_401k 1,64,56,56 1 --shared_memory=system
-run sys_401k_blocking 1,64,56,56 1 --shared_memory=system --calls=blocking
-run cuda_401k 1,64,56,56 1 --shared_memory=cuda
-run msg_12m 32,64,56,56 1
-run sys_12m 32,64,56,56 1 --shared_memory=system
-run cuda_12m 32,64,56,56 1 --shared_memory=cuda
+# One in flight: blocking calls (the client thread waits in gRPC itself,
+# no hand-off to a callback thread), the fastest of convserve-load's modes
+# at concurrency 1; sys_401k_callback shows the callback API beside it.
+run msg_401k 1,64,56,56 1 --calls=blocking
+run sys_401k 1,64,56,56 1 --shared_memory=system --calls=blocking
+run sys_401k_callback 1,64,56,56 1 --shared_memory=system --calls=callback
+run cuda_401k 1,64,56,56 1 --shared_memory=cuda --calls=blocking
+run msg_12m 32,64,56,56 1 --calls=blocking
+run sys_12m 32,64,56,56 1 --shared_memory=system --calls=blocking
+run cuda_12m 32,64,56,56 1 --shared_memory=cuda --calls=blocking
 run stream_401k 1,64,56,56 1 --streaming
-# GPU busy at concurrency 64, batch 1, CUDA shared memory.
+# GPU busy at concurrency 64, batch 1, CUDA shared memory (callback calls
+# over convserve-load's default 4 connections at this concurrency).
 nvidia-smi --query-gpu=utilization.gpu --format=csv,noheader,nounits -lms 100 \
   > "$out/utilization.txt" 2>/dev/null &
 smi=$!
 run cuda_401k_c64 1,64,56,56 64 --shared_memory=cuda
 kill $smi 2>/dev/null
-run cuda_401k_c64_blocking 1,64,56,56 64 --shared_memory=cuda --calls=blocking
+run cuda_401k_c64_1conn 1,64,56,56 64 --shared_memory=cuda --connections=1
 run msg_401k_c64 1,64,56,56 64
+# The same server with workers that sleep at once (--worker_spin_us=0):
+# what polling for the next request saves (docs/runtime.md).
+kill -TERM $server; wait $server
+"$bin/convserve-server" --listen=127.0.0.1:$port --metrics_listen= --worker_spin_us=0 \
+  > "$out/server_nospin.log" 2>&1 &
+server=$!
+"$bin/convserve-health" --server=127.0.0.1:$port --wait_seconds=60 > /dev/null || {
+  echo "server did not start"; cat "$out/server_nospin.log"; exit 1; }
+run sys_401k_nospin 1,64,56,56 1 --shared_memory=system --calls=blocking
+run sys_12m_nospin 32,64,56,56 1 --shared_memory=system --calls=blocking
+run cuda_12m_nospin 32,64,56,56 1 --shared_memory=cuda --calls=blocking
+# Four workers per GPU at 64 in flight (the GPU-busy target).
+kill -TERM $server; wait $server
+"$bin/convserve-server" --listen=127.0.0.1:$port --metrics_listen= --workers_per_gpu=4 \
+  > "$out/server_w4.log" 2>&1 &
+server=$!
+"$bin/convserve-health" --server=127.0.0.1:$port --wait_seconds=60 > /dev/null || {
+  echo "server did not start"; cat "$out/server_w4.log"; exit 1; }
+nvidia-smi --query-gpu=utilization.gpu --format=csv,noheader,nounits -lms 100 \
+  > "$out/utilization_w4.txt" 2>/dev/null &
+smi=$!
+run cuda_401k_c64_w4 1,64,56,56 64 --shared_memory=cuda
+kill $smi 2>/dev/null
 # Correctness of each transport against the CPU reference.
 for mode in none system cuda; do
   timeout 120 "$bin/convserve-load" --server=127.0.0.1:$port --graph_file=$graph \
@@ -107,19 +134,23 @@ def num(row, key):
     except (KeyError, ValueError):
         return float("nan")
 print(f"{'request':<38}{'p50 ms':>8}{'p99 ms':>8}{'req/s':>8}{'target':>8}{'before':>8}"
-      f"{'floor':>7}{'server':>8}{'copies':>8}{'GPU':>7}{'outside':>8}")
+      f"{'floor':>7}{'server':>8}{'queue':>7}{'copies':>8}{'GPU':>7}{'outside':>8}")
 for name, label, n in [
     ("msg_401k", "1x64x56x56 (401 KB), gRPC bytes", 1),
     ("sys_401k", "1x64x56x56, system shm", 1),
-    ("sys_401k_blocking", "the same, blocking gRPC calls", 1),
+    ("sys_401k_callback", "the same, gRPC callback API", 1),
     ("cuda_401k", "1x64x56x56, CUDA shm", 1),
     ("stream_401k", "1x64x56x56, gRPC stream", 1),
     ("msg_12m", "32x64x56x56 (12.8 MB), gRPC bytes", 32),
     ("sys_12m", "32x64x56x56, system shm", 32),
     ("cuda_12m", "32x64x56x56, CUDA shm", 32),
+    ("sys_401k_nospin", "1x64x56x56, system shm, no polling", 1),
+    ("sys_12m_nospin", "32x64x56x56, system shm, no polling", 32),
+    ("cuda_12m_nospin", "32x64x56x56, CUDA shm, no polling", 32),
     ("msg_401k_c64", "1x64x56x56, 64 in flight, gRPC bytes", 1),
     ("cuda_401k_c64", "1x64x56x56, 64 in flight, CUDA shm", 1),
-    ("cuda_401k_c64_blocking", "the same, 64 blocking threads", 1)]:
+    ("cuda_401k_c64_1conn", "the same, one connection", 1),
+    ("cuda_401k_c64_w4", "the same, 4 connections, 4 workers", 1)]:
     row = level(name)
     b = before.get(name)
     f = floor.get(n, (float("nan"),))[0]
@@ -131,15 +162,19 @@ for name, label, n in [
     print(f"{label:<38}{num(row, 'latency_p50_ms'):>8.3f}{num(row, 'latency_p99_ms'):>8.3f}"
           f"{num(row, 'throughput_rps'):>8.0f}{targets.get(name, '-'):>8}"
           f"{(f'{b:.2f}' if b else '-'):>8}{f:>7.3f}{num(row, 'server_request_ms'):>8.3f}"
+          f"{num(row, 'server_queue_ms'):>7.3f}"
           f"{copies:>8.3f}{num(row, 'server_compute_ms'):>7.3f}{outside:>8.3f}")
-print("columns: latency from convserve-load (closed loop, 1 in flight unless said; gRPC's "
-      "callback API unless said); before = the "
+print("columns: latency from convserve-load (closed loop, 1 in flight unless said: blocking "
+      "calls at 1 in flight, the callback API at 64 over 4 connections); before = the "
       "issue's figures (same host kind, gRPC bytes); floor = pinned H2D + D2H of the tensor "
-      "(PyTorch, this host); server/copies/GPU = the server's mean request, H2D+D2H and compute "
-      "time (GetStatistics); outside = client mean - server request time")
-util = [float(x) for x in open(os.path.join(out, "utilization.txt")) if x.strip()]
-if util:
-    print(f"GPU busy at 64 in flight, CUDA shm (target >= 60%; before 11% with gRPC bytes): mean {sum(util)/len(util):.0f}% of {len(util)} samples")
+      "(PyTorch, this host); server/queue/copies/GPU = the server's mean request, queue, "
+      "H2D+D2H and compute time (GetStatistics); outside = client mean - server request time")
+for name, workers in (("utilization.txt", 2), ("utilization_w4.txt", 4)):
+    path = os.path.join(out, name)
+    util = [float(x) for x in open(path) if x.strip()] if os.path.exists(path) else []
+    if util:
+        print(f"GPU busy at 64 in flight, CUDA shm, {workers} workers (target >= 60%; before 11% "
+              f"with gRPC bytes): mean {sum(util)/len(util):.0f}% of {len(util)} samples")
 for n, (total, h2d_gbs, d2h_gbs) in sorted(floor.items()):
     print(f"pinned copy floor N={n}: {total:.3f} ms round trip (H2D {h2d_gbs:.1f} GB/s, D2H {d2h_gbs:.1f} GB/s)")
 for line in open(os.path.join(out, "rpc_floor.txt")):

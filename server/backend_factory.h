@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "engine/backend.h"
 #include "engine/runtime/request_executor.h"
 #include "engine/runtime/request_runner.h"
@@ -23,6 +24,7 @@ struct BackendConfig {
   std::vector<int> gpus;
   // Worker threads (each with its own cuDNN handle and stream) per GPU.
   int workers_per_gpu = 2;
+  absl::Duration worker_spin = absl::Microseconds(500);
   // CPU: request workers and queue. GPU: max_queued is per GPU.
   RequestExecutorOptions executor;
   // cuDNN engine search: autotune, heuristic, heuristic_b or fallback.

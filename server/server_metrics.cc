@@ -317,22 +317,29 @@ void ServerMetrics::RequestFinished(const std::string& graph, const std::string&
   inflight_->Decrement();
   const std::string label = GraphLabel(graph);
   const std::string device = t.device.empty() ? "none" : t.device;
-  requests_->Add({{"graph", label}, {"protocol", protocol}, {"code", absl::StatusCodeToString(code)}})
-      .Increment();
-  request_seconds_->Add({{"graph", label}, {"protocol", protocol}}, Buckets()).Observe(seconds);
-  bytes_in_->Add({{"graph", label}}).Increment(static_cast<double>(bytes_in));
   const bool ran = !t.device.empty();
-  if (ran) {
-    queue_seconds_->Add({{"graph", label}, {"gpu", device}}, Buckets()).Observe(t.queue);
+  if (code == absl::StatusCode::kOk) {
+    const OkSeries& series = SeriesOf(label, protocol, device, ran);
+    series.requests->Increment();
+    series.request_seconds->Observe(seconds);
+    series.bytes_in->Increment(static_cast<double>(bytes_in));
+    if (ran) series.queue_seconds->Observe(t.queue);
+    series.bytes_out->Increment(static_cast<double>(bytes_out));
+    series.h2d_seconds->Observe(t.h2d);
+    series.compute_seconds->Observe(t.compute);
+    series.d2h_seconds->Observe(t.d2h);
+  } else {
+    requests_
+        ->Add({{"graph", label}, {"protocol", protocol}, {"code", absl::StatusCodeToString(code)}})
+        .Increment();
+    request_seconds_->Add({{"graph", label}, {"protocol", protocol}}, Buckets()).Observe(seconds);
+    bytes_in_->Add({{"graph", label}}).Increment(static_cast<double>(bytes_in));
+    if (ran) {
+      queue_seconds_->Add({{"graph", label}, {"gpu", device}}, Buckets()).Observe(t.queue);
+    }
   }
   if (t.batch_size > 0) {
     batch_delay_seconds_->Add({{"graph", label}}, Buckets()).Observe(t.batch_delay);
-  }
-  if (code == absl::StatusCode::kOk) {
-    bytes_out_->Add({{"graph", label}}).Increment(static_cast<double>(bytes_out));
-    h2d_seconds_->Add({{"graph", label}, {"gpu", device}}, Buckets()).Observe(t.h2d);
-    compute_seconds_->Add({{"graph", label}, {"gpu", device}}, Buckets()).Observe(t.compute);
-    d2h_seconds_->Add({{"graph", label}, {"gpu", device}}, Buckets()).Observe(t.d2h);
   }
   absl::MutexLock lock(&mu_);
   v1::GraphStatistics& s = statistics_[graph];
@@ -354,6 +361,29 @@ void ServerMetrics::RequestFinished(const std::string& graph, const std::string&
   }
   s.set_bytes_in(s.bytes_in() + bytes_in);
   s.set_last_request_unix_ms(absl::ToUnixMillis(absl::Now()));
+}
+
+const ServerMetrics::OkSeries& ServerMetrics::SeriesOf(const std::string& label,
+                                                       const std::string& protocol,
+                                                       const std::string& device, bool ran) {
+  const std::string key = absl::StrCat(label, "\n", protocol, "\n", device);
+  absl::MutexLock lock(&series_mu_);
+  std::unique_ptr<OkSeries>& series = series_[key];
+  if (series == nullptr) {
+    const prometheus::Labels graph = {{"graph", label}};
+    const prometheus::Labels on_gpu = {{"graph", label}, {"gpu", device}};
+    series = std::make_unique<OkSeries>(OkSeries{
+        &requests_->Add({{"graph", label}, {"protocol", protocol}, {"code", absl::StatusCodeToString(absl::StatusCode::kOk)}}),
+        &request_seconds_->Add({{"graph", label}, {"protocol", protocol}}, Buckets()),
+        &bytes_in_->Add(graph),
+        &bytes_out_->Add(graph),
+        ran ? &queue_seconds_->Add(on_gpu, Buckets()) : nullptr,
+        &h2d_seconds_->Add(on_gpu, Buckets()),
+        &compute_seconds_->Add(on_gpu, Buckets()),
+        &d2h_seconds_->Add(on_gpu, Buckets()),
+    });
+  }
+  return *series;
 }
 
 void ServerMetrics::RequestRejected(const std::string& graph, const std::string& protocol,

@@ -107,8 +107,28 @@ class ServerMetrics {
   prometheus::Family<prometheus::Counter>* management_refusals_;
   prometheus::Gauge* inflight_;
 
+  // The series a successful request of one graph label, protocol and GPU
+  // updates, looked up once: prometheus-cpp's Family::Add builds and hashes
+  // a label map on every call. (Series are never removed, so the pointers
+  // stay valid.)
+  struct OkSeries {
+    prometheus::Counter* requests;
+    prometheus::Histogram* request_seconds;
+    prometheus::Counter* bytes_in;
+    prometheus::Counter* bytes_out;
+    prometheus::Histogram* queue_seconds;  // null unless `ran` (on a GPU)
+    prometheus::Histogram* h2d_seconds;
+    prometheus::Histogram* compute_seconds;
+    prometheus::Histogram* d2h_seconds;
+  };
+  const OkSeries& SeriesOf(const std::string& label, const std::string& protocol,
+                           const std::string& device, bool ran);
+
   mutable absl::Mutex mu_;
   absl::flat_hash_set<std::string> labelled_graphs_ ABSL_GUARDED_BY(mu_);
+  absl::Mutex series_mu_;
+  // Keyed by label, protocol and device joined with '\n'.
+  absl::flat_hash_map<std::string, std::unique_ptr<OkSeries>> series_ ABSL_GUARDED_BY(series_mu_);
   absl::flat_hash_map<std::string, v1::GraphStatistics> statistics_ ABSL_GUARDED_BY(mu_);
 };
 

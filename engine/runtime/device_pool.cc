@@ -48,12 +48,31 @@ struct DevicePool::Task {
   std::shared_ptr<GraphResources> resources;
   absl::Time accepted;
   int64_t cost = 0;
-  // The engine configuration of each layer, once known: what a fault report
-  // names.
-  std::string engines;
-  // Their plan store quarantine keys: a lost context while serving them
-  // quarantines them, so the restarted server does not fault the same way.
-  std::vector<std::string> quarantine_keys;
+  // Each layer's problem and plan, once known (held for the whole request:
+  // a plan in use is never evicted). A fault report names their engines
+  // (Engines) and quarantines them (QuarantineKeys), so the restarted
+  // server does not fault the same way; both are formatted only then.
+  std::vector<ConvLayerProblem> problems;
+  std::vector<std::shared_ptr<ConvLayerPlan>> plans;
+  // The --testing_fault_graph hook ran: it, not an engine, faults.
+  bool fault_hook = false;
+
+  std::string Engines() const {
+    if (fault_hook) return "testing fault hook (--testing_fault_graph)";
+    std::string engines;
+    for (size_t i = 0; i < plans.size(); ++i) {
+      absl::StrAppend(&engines, i == 0 ? "" : ", ", "layers[", i, "] ", plans[i]->id().ToString());
+    }
+    return engines;
+  }
+  std::vector<std::string> QuarantineKeys(const std::string& target_key) const {
+    std::vector<std::string> keys;
+    if (fault_hook) return keys;
+    for (size_t i = 0; i < plans.size(); ++i) {
+      keys.push_back(QuarantineKey(target_key, problems[i], plans[i]->id()));
+    }
+    return keys;
+  }
 
   // Answers every call with `status` (refused, or no GPU to run it).
   void Fail(const absl::Status& status) {
@@ -110,6 +129,10 @@ struct DevicePool::Device {
   std::unique_ptr<EngineProber> prober;
   absl::Mutex mu;
   std::deque<std::unique_ptr<Task>> queue ABSL_GUARDED_BY(mu);
+  // queue.size(), for the polling worker (read without mu).
+  std::atomic<size_t> queued{0};
+  // One worker at a time polls (options worker_spin).
+  std::atomic<bool> polling{false};
   int running ABSL_GUARDED_BY(mu) = 0;
   bool stopping ABSL_GUARDED_BY(mu) = false;
   // Input + output bytes of requests queued or running: the scheduler's
@@ -146,6 +169,15 @@ absl::Status Grow(Buffer* buffer, size_t bytes, bool* moved = nullptr) {
 }
 
 double Seconds(absl::Duration d) { return absl::ToDoubleSeconds(d); }
+
+// A hint to the core that this thread is polling.
+inline void CpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
 
 absl::StatusOr<double> ElapsedSeconds(const CudaEvent& from, const CudaEvent& to) {
   float ms = 0;
@@ -495,6 +527,7 @@ void DevicePool::Route(std::unique_ptr<Task> task) {
       if (!stopping && static_cast<int>(target->queue.size()) < options_.max_queued_per_device) {
         target->outstanding += cost;
         target->queue.push_back(std::move(task));
+        target->queued.store(target->queue.size(), std::memory_order_release);
         return;
       }
     }
@@ -594,6 +627,7 @@ void DevicePool::MarkFailed(Device& device, const std::string& error) {
     {
       absl::MutexLock lock(&d->mu);
       waiting.swap(d->queue);
+      d->queued.store(0, std::memory_order_release);
     }
     for (std::unique_ptr<Task>& task : waiting) {
       d->outstanding -= task->cost;
@@ -622,10 +656,25 @@ struct WorkerWake {
 
 }  // namespace
 
+void DevicePool::PollQueue(Device& device) {
+  if (options_.worker_spin <= absl::ZeroDuration() ||
+      device.queued.load(std::memory_order_acquire) > 0 ||
+      device.polling.exchange(true, std::memory_order_acq_rel)) {
+    return;
+  }
+  const absl::Time until = absl::Now() + options_.worker_spin;
+  while (device.queued.load(std::memory_order_acquire) == 0 && accepting_.load() &&
+         absl::Now() < until) {
+    CpuRelax();
+  }
+  device.polling.store(false, std::memory_order_release);
+}
+
 void DevicePool::WorkerLoop(Device* device, Worker* worker) {
   cudaSetDevice(device->ordinal);
   const WorkerWake<Device, Worker> wake{device, worker};
   while (true) {
+    PollQueue(*device);
     std::unique_ptr<Task> task;
     std::shared_ptr<WarmJob> warm;
     {
@@ -639,6 +688,7 @@ void DevicePool::WorkerLoop(Device* device, Worker* worker) {
       } else {
         task = std::move(device->queue.front());
         device->queue.pop_front();
+        device->queued.store(device->queue.size(), std::memory_order_release);
         ++device->running;
       }
     }
@@ -681,22 +731,23 @@ void DevicePool::RunTask(Device& device, Worker& worker, std::unique_ptr<Task> t
   const cudaError_t lost = IsStickyCudaError(own) ? own : cudaSuccess;
   const InferCall& first = task->calls.front();
   if (lost != cudaSuccess || (!status.ok() && device.lost.load())) {
+    const std::string engines = task->Engines();
     const std::string error = absl::StrCat(
         lost != cudaSuccess ? cudaGetErrorName(lost) : "context already lost", " while "
         "running graph '", first.graph->name(), "' input ",
         ShapeToString(task->input_shape.empty() ? first.input_shape : task->input_shape),
-        task->engines.empty() ? "" : absl::StrCat(" (", task->engines, ")"), ": ",
-        status.message());
+        engines.empty() ? "" : absl::StrCat(" (", engines, ")"), ": ", status.message());
     if (lost != cudaSuccess && !IsHardwareCudaError(lost)) {
       // Engines that passed the search and then faulted on real data:
       // quarantined, or the restarted server would pick them again.
-      for (const std::string& key : task->quarantine_keys) {
+      const std::vector<std::string> keys = task->QuarantineKeys(device.target.Key());
+      for (const std::string& key : keys) {
         store_->Put("quarantine", key, absl::StrCat("faulted while serving: ", error))
             .IgnoreError();
       }
-      if (!task->quarantine_keys.empty()) {
+      if (!keys.empty()) {
         spdlog::error("engine configurations quarantined after the fault on GPU {}: {}",
-                      device.ordinal, task->engines);
+                      device.ordinal, engines);
       }
     }
     MarkFailed(device, error);
@@ -1109,15 +1160,13 @@ absl::Status DevicePool::Execute(Device& device, Worker& worker, Task& task,
   if (staged_out) RETURN_IF_ERROR(Grow(&worker.staging_out, out_bytes));
   const DeviceWeights& weights = *task.resources->weights[device.slot];
 
-  // Held for the whole request: a plan in use is never evicted.
-  std::vector<std::shared_ptr<ConvLayerPlan>> plans;
+  std::vector<std::shared_ptr<ConvLayerPlan>>& plans = task.plans;
+  task.problems = problems;
   int64_t workspace = 0;
   for (size_t i = 0; i < problems.size(); ++i) {
     ASSIGN_OR_RETURN(std::shared_ptr<ConvLayerPlan> plan,
                      LayerPlan(device, worker, graph, i, problems[i]));
     workspace = std::max(workspace, plan->workspace_bytes());
-    absl::StrAppend(&task.engines, i == 0 ? "" : ", ", "layers[", i, "] ", plan->id().ToString());
-    task.quarantine_keys.push_back(QuarantineKey(device.target.Key(), problems[i], plan->id()));
     plans.push_back(std::move(plan));
   }
   RETURN_IF_ERROR(Grow(&worker.workspace, workspace, &moved));
@@ -1189,7 +1238,7 @@ absl::Status DevicePool::Execute(Device& device, Worker& worker, Task& task,
         spdlog::warn("CUDA graph capture failed on GPU {} worker {} for graph '{}' input {} "
                      "({}): {}; this graph and shape run as plain launches on this worker",
                      device.ordinal, worker.index, graph.name(), ShapeToString(input_shape),
-                     task.engines, capture.failure);
+                     task.Engines(), capture.failure);
       }
     }
   }
@@ -1232,8 +1281,7 @@ absl::Status DevicePool::Execute(Device& device, Worker& worker, Task& task,
   }
   CUDA_RETURN_IF_ERROR(cudaEventRecord(worker.events[1].get(), stream));
   if (!options_.testing_fault_graph.empty() && graph.name() == options_.testing_fault_graph) {
-    task.engines = "testing fault hook (--testing_fault_graph)";
-    task.quarantine_keys.clear();  // the hook, not an engine, faults
+    task.fault_hook = true;
     RETURN_IF_ERROR(LaunchMisalignedWriteForTesting(worker.ping.data(), stream));
   }
   size_t begin = 0;
@@ -1254,7 +1302,7 @@ absl::Status DevicePool::Execute(Device& device, Worker& worker, Task& task,
         spdlog::warn("CUDA graph launch failed on GPU {} worker {} for graph '{}' input {} "
                      "({}): {} ({}); this graph and shape run as plain launches on this worker",
                      device.ordinal, worker.index, graph.name(), ShapeToString(input_shape),
-                     task.engines, cudaGetErrorName(launched), cudaGetErrorString(launched));
+                     task.Engines(), cudaGetErrorName(launched), cudaGetErrorString(launched));
         captured = nullptr;
         timings->replayed = false;
       }

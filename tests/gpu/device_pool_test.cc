@@ -1,5 +1,6 @@
 // The GPU device pool behind a real gRPC server: mixed-shape traffic from 8
-// client threads over every visible GPU, every output checked against the
+// client threads over every visible GPU (workers polling for work, as by
+// default, and sleeping at once), every output checked against the
 // CPU reference; unloading frees the graph's GPU memory. Skips without a GPU.
 #include <cuda_runtime_api.h>
 
@@ -19,10 +20,12 @@ namespace {
 constexpr double kFloat32Bound = 1e-3;  // TF32 allowed, as by default
 constexpr double kHalfBound = 1e-2;
 
-TEST(DevicePoolTest, MixedTrafficIsCorrectOnEveryGpu) {
-  if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device visible";
+// `worker_spin`: zero, or how long a worker polls for the next request
+// (the default): both ways of a worker taking its next request.
+void CheckMixedTraffic(absl::Duration worker_spin) {
   DevicePoolOptions options;
   options.selection.search = EngineSearch::kHeuristicInstant;
+  options.worker_spin = worker_spin;
   absl::StatusOr<std::unique_ptr<DevicePool>> created = DevicePool::Create(options);
   ASSERT_TRUE(created.ok()) << created.status();
   DevicePool* pool = created->get();  // owned by the server below, which outlives its use
@@ -73,6 +76,17 @@ TEST(DevicePoolTest, MixedTrafficIsCorrectOnEveryGpu) {
             keys * static_cast<int64_t>(counters.size()) * DevicePoolOptions().workers_per_device);
   EXPECT_GE(plans.builds_ok, keys);
   EXPECT_EQ(plans.builds_failed + choices.builds_failed, 0);
+}
+
+TEST(DevicePoolTest, MixedTrafficIsCorrectOnEveryGpu) {
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device visible";
+  CheckMixedTraffic(DevicePoolOptions().worker_spin);
+}
+
+TEST(DevicePoolTest, MixedTrafficIsCorrectWithWorkersThatSleepAtOnce) {
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device visible";
+  ASSERT_GT(DevicePoolOptions().worker_spin, absl::ZeroDuration());  // the other test polls
+  CheckMixedTraffic(absl::ZeroDuration());
 }
 
 int64_t FreeBytes(int device) {
