@@ -1,34 +1,39 @@
 #!/usr/bin/env bash
 # The dynamic batching benchmark (issue 13): convserve-load, closed loop at
 # CONCURRENCY (64) batch-1 requests of GRAPH (a ResNet-style float16 NHWC
-# stack, tests/bench/resnet18_basic_stack.textproto) at SHAPE (1,64,56,56)
-# over KServe, against a server with batching off, then on
-# (--max_batch_size=MAX_BATCH, 64) for each --max_queue_delay_microseconds
-# in DELAYS_US ("0 500"). One row per server: req/s, p50, p99, the mean
-# batch size and the batch's compute time the server measured, and the p99
-# bound of issue 13 (max queue delay + 2x the batch's compute time); last,
-# batching on vs off against the targets (>= 4x req/s, p99 within the bound).
+# stack: tests/bench/resnet50_body_stack.textproto, ResNet-50's conv2_x to
+# conv5_x, 48 convs) at SHAPE (1,64,56,56) over KServe, against a server
+# with batching off, then on (--max_batch_size=MAX_BATCH, 64) for each
+# --max_queue_delay_microseconds in DELAYS_US ("0 500"). One row per server:
+# req/s, p50, p99, the mean batch size and the batch's compute time the
+# server measured, and the p99 bound of issue 13 (max queue delay + 2x the
+# batch's compute time); last, batching on vs off against the targets
+# (>= 4x req/s, p99 within the bound).
 # Run on a GPU host from a bundle (scripts/bundle.sh):
 #   BUNDLE=bundle OUT=/tmp/batching scripts/bench_batching.sh
 # Variables: SHARED_MEMORY (none, system or cuda: convserve-load's
-# --shared_memory), WINDOW (5s), WARMUP (15s: every new batch size builds
+# --shared_memory), WINDOW (5s), WARMUP (20s: every new batch size builds
 # its plans once), SERVER_FLAGS (--engine_selection=heuristic: autotune would
-# search each new batch size during the warm-up), VERIFY (1: check outputs
-# against the CPU reference). Without a GPU it runs on the CPU backend (CTest
-# runs it so, with a small shape, as a smoke test).
+# search each new batch size during the warm-up), BATCH_FLAGS (more flags
+# for the batching servers only; --preferred_batch_sizes=8,16,32,64 by
+# default, so that few batch sizes, and few plan builds, appear; set it
+# empty for none), VERIFY (1: check outputs against the CPU reference).
+# Without a GPU it runs on the CPU backend (CTest runs it so, with a small
+# graph and shape, as a smoke test).
 set -uo pipefail
 bundle="${BUNDLE:-bundle}"
 bin="${BIN:-$bundle/bin}"
 out="${OUT:-batching_logs}"
-graph="${GRAPH:-tests/bench/resnet18_basic_stack.textproto}"
+graph="${GRAPH:-tests/bench/resnet50_body_stack.textproto}"
 shape="${SHAPE:-1,64,56,56}"
 concurrency="${CONCURRENCY:-64}"
 max_batch="${MAX_BATCH:-64}"
 delays="${DELAYS_US:-0 500}"
 window="${WINDOW:-5s}"
-warmup="${WARMUP:-15s}"
+warmup="${WARMUP:-20s}"
 shared_memory="${SHARED_MEMORY:-none}"
 server_flags="${SERVER_FLAGS:---engine_selection=heuristic}"
+batch_flags="${BATCH_FLAGS---preferred_batch_sizes=8,16,32,64}"
 port="${PORT:-18321}"
 metrics_port=$((port + 1))
 mkdir -p "$out"
@@ -80,7 +85,9 @@ start_server off --max_batch_size=0
 results+=("$(measure off 0)")
 stop_server
 for delay in $delays; do
-  start_server "on_$delay" --max_batch_size="$max_batch" --max_queue_delay_microseconds="$delay"
+  # shellcheck disable=SC2086
+  start_server "on_$delay" --max_batch_size="$max_batch" --max_queue_delay_microseconds="$delay" \
+    $batch_flags
   results+=("$(measure "on_$delay" "$delay")")
   stop_server
 done
