@@ -128,12 +128,17 @@ absl::StatusOr<SearchReport> SearchEngines(ConvLayerPlanner& planner, cudaStream
   SearchReport report;
   report.timed = autotune;
   std::optional<ConvLayerPlan> winner;
+  LayerPath winner_path = LayerPath::kFused;
   bool first_path = true;
   for (LayerPath path : PathsOf(problem)) {
     const bool have_winner = winner.has_value();
+    const bool rounding = path == LayerPath::kUnfusedRounding;
     // Heuristic policies stop at the first path that runs; the rounding
-    // path is only for convs no engine runs with a float32 output.
-    if (have_winner && (!autotune || path == LayerPath::kUnfusedRounding)) break;
+    // path is for convs no engine runs with a float32 output, and under
+    // autotune for float16 convs much faster that way (engine_selection.h).
+    if (have_winner && (!autotune || !AutotuneAlsoTries(problem, path))) break;
+    // A race against a winner that rounds once: half the candidates.
+    const int path_max_run = rounding && have_winner ? std::max(max_run / 2, 1) : max_run;
     absl::StatusOr<CandidateSet> set = planner.Candidates(problem, path);
     const bool fault_path = first_path;
     first_path = false;
@@ -144,7 +149,7 @@ absl::StatusOr<SearchReport> SearchEngines(ConvLayerPlanner& planner, cudaStream
     for (std::string& skipped : set->skipped) report.skipped.push_back(std::move(skipped));
     int run = 0;
     for (size_t i = 0; i < set->candidates.size(); ++i) {
-      if (autotune && run >= max_run) break;
+      if (autotune && run >= path_max_run) break;
       CandidateResult result;
       result.id = set->candidates[i].id;
       if (!options.only.empty() && result.id.ToString() != options.only) continue;
@@ -163,8 +168,10 @@ absl::StatusOr<SearchReport> SearchEngines(ConvLayerPlanner& planner, cudaStream
       observer->OnResult(result);
       report.results.push_back(result);
       if (!result.ok) continue;
-      if (!winner.has_value() || plan->measured_ms() < winner->measured_ms()) {
+      if (AutotuneReplaces(plan->measured_ms(), path, winner.has_value(),
+                           winner ? winner->measured_ms() : 0.0f, winner_path)) {
         winner = std::move(plan);
+        winner_path = path;
       }
       if (!autotune) break;
     }

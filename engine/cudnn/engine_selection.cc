@@ -23,6 +23,18 @@ std::string ConfigRejection(const EngineSelection& selection, const CudnnTarget&
   return "";
 }
 
+bool AutotuneAlsoTries(const ConvLayerProblem& problem, LayerPath path) {
+  return path != LayerPath::kUnfusedRounding || problem.dtype == DType::kFloat16;
+}
+
+bool AutotuneReplaces(float ms, LayerPath path, bool have_winner, float winner_ms,
+                      LayerPath winner_path) {
+  if (!have_winner) return true;
+  const bool needs_margin =
+      path == LayerPath::kUnfusedRounding && winner_path != LayerPath::kUnfusedRounding;
+  return ms * (needs_margin ? kRoundingSpeedup : 1.0f) < winner_ms;
+}
+
 absl::StatusOr<EngineSearch> ParseEngineSearch(const std::string& name) {
   if (name == "heuristic" || name == "heuristic_a") return EngineSearch::kHeuristicInstant;
   if (name == "heuristic_b") return EngineSearch::kHeuristicB;

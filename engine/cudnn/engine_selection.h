@@ -59,6 +59,21 @@ struct CudnnTarget {
 std::string ConfigRejection(const EngineSelection& selection, const CudnnTarget& target,
                             const ConvLayerProblem& problem, const EngineConfigId& id);
 
+// Autotune's paths for `problem`, in search order, after the first that ran
+// a candidate: whether the search also tries `path`. A float16 layer also
+// races the rounding path (the conv writes float16, then the bias and
+// activation are applied: one more rounding, as PyTorch's conv + add + relu
+// does), since some float16 convs have fast kernels only with a float16
+// output (depthwise convs, issue 12); bfloat16, with 8 bits, does not (the
+// second rounding cost a graph of issue 10 6.7e-2 relative L2).
+bool AutotuneAlsoTries(const ConvLayerProblem& problem, LayerPath path);
+// Whether a passing candidate timed at `ms` replaces the autotune winner so
+// far (`winner_ms`; none when `have_winner` is false). A candidate on the
+// rounding path must beat a winner that rounds once by kRoundingSpeedup.
+inline constexpr float kRoundingSpeedup = 1.25f;
+bool AutotuneReplaces(float ms, LayerPath path, bool have_winner, float winner_ms,
+                      LayerPath winner_path);
+
 // "heuristic" (= heuristic_a), "heuristic_b", "fallback" or "autotune".
 absl::StatusOr<EngineSearch> ParseEngineSearch(const std::string& name);
 const char* EngineSearchName(EngineSearch search);
