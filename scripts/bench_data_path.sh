@@ -17,11 +17,20 @@ port=18101
 window="${WINDOW:-2s}"
 
 nvidia-smi -L | tee "$out/device.txt"
-"$bin/convserve-server" --listen=127.0.0.1:$port --metrics_listen= > "$out/server.log" 2>&1 &
-server=$!
-trap 'kill -TERM $server 2>/dev/null; wait $server 2>/dev/null' EXIT
-"$bin/convserve-health" --server=127.0.0.1:$port --wait_seconds=60 > /dev/null || {
-  echo "server did not start"; cat "$out/server.log"; exit 1; }
+server=
+trap '[ -n "$server" ] && kill -TERM $server 2>/dev/null; wait $server 2>/dev/null' EXIT
+# start_server NAME FLAGS...: stops the running server, starts one with FLAGS.
+start_server() {
+  local name=$1
+  shift
+  if [ -n "$server" ]; then kill -TERM $server; wait $server; fi
+  "$bin/convserve-server" --listen=127.0.0.1:$port --metrics_listen= "$@" \
+    > "$out/$name.log" 2>&1 &
+  server=$!
+  "$bin/convserve-health" --server=127.0.0.1:$port --wait_seconds=60 > /dev/null || {
+    echo "server did not start"; cat "$out/$name.log"; exit 1; }
+}
+start_server server
 
 # The floor: one pinned host->device and device->host copy of the tensor.
 python3 - > "$out/floor.txt" 2>&1 <<'PY'
@@ -83,22 +92,12 @@ run cuda_401k_c64_1conn 1,64,56,56 64 --shared_memory=cuda --connections=1
 run msg_401k_c64 1,64,56,56 64
 # The same server with workers that sleep at once (--worker_spin_us=0):
 # what polling for the next request saves (docs/runtime.md).
-kill -TERM $server; wait $server
-"$bin/convserve-server" --listen=127.0.0.1:$port --metrics_listen= --worker_spin_us=0 \
-  > "$out/server_nospin.log" 2>&1 &
-server=$!
-"$bin/convserve-health" --server=127.0.0.1:$port --wait_seconds=60 > /dev/null || {
-  echo "server did not start"; cat "$out/server_nospin.log"; exit 1; }
+start_server server_nospin --worker_spin_us=0
 run sys_401k_nospin 1,64,56,56 1 --shared_memory=system --calls=blocking
 run sys_12m_nospin 32,64,56,56 1 --shared_memory=system --calls=blocking
 run cuda_12m_nospin 32,64,56,56 1 --shared_memory=cuda --calls=blocking
 # Four workers per GPU at 64 in flight (the GPU-busy target).
-kill -TERM $server; wait $server
-"$bin/convserve-server" --listen=127.0.0.1:$port --metrics_listen= --workers_per_gpu=4 \
-  > "$out/server_w4.log" 2>&1 &
-server=$!
-"$bin/convserve-health" --server=127.0.0.1:$port --wait_seconds=60 > /dev/null || {
-  echo "server did not start"; cat "$out/server_w4.log"; exit 1; }
+start_server server_w4 --workers_per_gpu=4
 nvidia-smi --query-gpu=utilization.gpu --format=csv,noheader,nounits -lms 100 \
   > "$out/utilization_w4.txt" 2>/dev/null &
 smi=$!
