@@ -90,7 +90,13 @@ case "$kind" in
     cmake --build "$build" -j "$jobs" --target "${targets[@]}"
     cd "$build"
     regex="^($(IFS='|'; echo "${TSAN_TESTS[*]}"))\$"
-    ctest --output-on-failure -j "$jobs" -R "$regex" "$@"
+    # Left out: the test whose requests make the guarded copy take SIGBUS
+    # twice and jump out of its handler (engine/runtime/guarded_copy.cc).
+    # Under TSan's signal interception the second SIGBUS intermittently
+    # killed the test (1 run in 40 here, once in CI); without TSan it never
+    # has, and the ASan run keeps it (docs/testing.md).
+    GTEST_FILTER="-SharedMemoryTest.TruncatedRegionsFailTheirRequestNotTheServer" \
+      ctest --output-on-failure -j "$jobs" -R "$regex" "$@"
     ;;
   *)
     echo "usage: scripts/sanitize.sh asan|tsan [ctest arguments]" >&2
