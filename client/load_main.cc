@@ -121,8 +121,9 @@ int Fail(const std::string& what, const absl::Status& status) {
 
 void Print(const std::string& line) { std::printf("%s\n", line.c_str()); }
 
-// Open loop with shared memory: output slots unless --shared_memory_slots.
-constexpr int kOpenLoopSlots = 64;
+// Requests in flight an open loop plans for (shared-memory output slots,
+// connections) unless flags say otherwise.
+constexpr int kOpenLoopInFlight = 64;
 
 absl::StatusOr<LoadSessionOptions> SessionOptionsFromFlags(const LoadOptions* load) {
   LoadSessionOptions options;
@@ -160,31 +161,23 @@ absl::StatusOr<LoadSessionOptions> SessionOptionsFromFlags(const LoadOptions* lo
   if (!protocol.ok()) return protocol.status();
   options.protocol = *protocol;
   options.cuda_device = absl::GetFlag(FLAGS_cuda_device);
+  // The most requests in flight: the largest closed-loop level, 64 in an
+  // open loop, 1 without a load mode. The defaults of the next two scale
+  // with it.
+  int most_in_flight = 1;
+  if (load != nullptr && load->mode == LoadMode::kClosedLoop) {
+    for (int c : load->concurrency) most_in_flight = std::max(most_in_flight, c);
+  } else if (load != nullptr) {
+    most_in_flight = kOpenLoopInFlight;
+  }
   options.shared_memory_slots = absl::GetFlag(FLAGS_shared_memory_slots);
   if (options.shared_memory_slots < 0) {
     return absl::InvalidArgumentError("--shared_memory_slots must be >= 0");
   }
-  if (options.shared_memory_slots == 0) {
-    options.shared_memory_slots = 1;
-    if (load != nullptr && load->mode == LoadMode::kClosedLoop) {
-      for (int c : load->concurrency) {
-        options.shared_memory_slots = std::max(options.shared_memory_slots, c);
-      }
-    } else if (load != nullptr) {
-      options.shared_memory_slots = kOpenLoopSlots;
-    }
-  }
+  if (options.shared_memory_slots == 0) options.shared_memory_slots = most_in_flight;
   options.connections = absl::GetFlag(FLAGS_connections);
   if (options.connections < 0) return absl::InvalidArgumentError("--connections must be >= 0");
-  if (options.connections == 0) {
-    int most_in_flight = 1;
-    if (load != nullptr && load->mode == LoadMode::kClosedLoop) {
-      for (int c : load->concurrency) most_in_flight = std::max(most_in_flight, c);
-    } else if (load != nullptr) {
-      most_in_flight = kOpenLoopSlots;
-    }
-    options.connections = AutoConnections(most_in_flight);
-  }
+  if (options.connections == 0) options.connections = AutoConnections(most_in_flight);
   options.timeout = absl::GetFlag(FLAGS_timeout);
   options.wait_for_server = absl::Seconds(absl::GetFlag(FLAGS_wait_for_server));
   options.verify = absl::GetFlag(FLAGS_verify);
