@@ -1117,7 +1117,8 @@ absl::Status DevicePool::Execute(Device& device, Worker& worker, Task& task,
     for (Shape& shape : outputs) shape[0] = n;
   }
   const Shape& input_shape = task.input_shape;
-  const std::vector<ConvLayerProblem> problems = MakeLayerProblems(graph, input_shape, outputs);
+  task.problems = MakeLayerProblems(graph, input_shape, outputs);
+  const std::vector<ConvLayerProblem>& problems = task.problems;
   const size_t element = DTypeSize(graph.spec().dtype);
   int64_t largest = 0;
   for (const Shape& shape : outputs) largest = std::max(largest, NumElements(shape));
@@ -1161,7 +1162,6 @@ absl::Status DevicePool::Execute(Device& device, Worker& worker, Task& task,
   const DeviceWeights& weights = *task.resources->weights[device.slot];
 
   std::vector<std::shared_ptr<ConvLayerPlan>>& plans = task.plans;
-  task.problems = problems;
   int64_t workspace = 0;
   for (size_t i = 0; i < problems.size(); ++i) {
     ASSIGN_OR_RETURN(std::shared_ptr<ConvLayerPlan> plan,
