@@ -316,14 +316,12 @@ void ServerMetrics::RequestFinished(const std::string& graph, const std::string&
                                     int64_t bytes_out) {
   inflight_->Decrement();
   const std::string label = GraphLabel(graph);
-  const std::string device = t.device.empty() ? "none" : t.device;
-  const bool ran = !t.device.empty();
   if (code == absl::StatusCode::kOk) {
-    const OkSeries& series = SeriesOf(label, protocol, device, ran);
+    const OkSeries& series = SeriesOf(label, protocol, t.device);
     series.requests->Increment();
     series.request_seconds->Observe(seconds);
     series.bytes_in->Increment(static_cast<double>(bytes_in));
-    if (ran) series.queue_seconds->Observe(t.queue);
+    if (series.queue_seconds != nullptr) series.queue_seconds->Observe(t.queue);
     series.bytes_out->Increment(static_cast<double>(bytes_out));
     series.h2d_seconds->Observe(t.h2d);
     series.compute_seconds->Observe(t.compute);
@@ -334,8 +332,8 @@ void ServerMetrics::RequestFinished(const std::string& graph, const std::string&
         .Increment();
     request_seconds_->Add({{"graph", label}, {"protocol", protocol}}, Buckets()).Observe(seconds);
     bytes_in_->Add({{"graph", label}}).Increment(static_cast<double>(bytes_in));
-    if (ran) {
-      queue_seconds_->Add({{"graph", label}, {"gpu", device}}, Buckets()).Observe(t.queue);
+    if (!t.device.empty()) {
+      queue_seconds_->Add({{"graph", label}, {"gpu", t.device}}, Buckets()).Observe(t.queue);
     }
   }
   if (t.batch_size > 0) {
@@ -365,19 +363,20 @@ void ServerMetrics::RequestFinished(const std::string& graph, const std::string&
 
 const ServerMetrics::OkSeries& ServerMetrics::SeriesOf(const std::string& label,
                                                        const std::string& protocol,
-                                                       const std::string& device, bool ran) {
+                                                       const std::string& device) {
   const std::string key = absl::StrCat(label, "\n", protocol, "\n", device);
   absl::MutexLock lock(&series_mu_);
   std::unique_ptr<OkSeries>& series = series_[key];
   if (series == nullptr) {
     const prometheus::Labels graph = {{"graph", label}};
-    const prometheus::Labels on_gpu = {{"graph", label}, {"gpu", device}};
+    const prometheus::Labels on_gpu = {{"graph", label}, {"gpu", device.empty() ? "none" : device}};
+    const std::string ok = absl::StatusCodeToString(absl::StatusCode::kOk);
     series = std::make_unique<OkSeries>(OkSeries{
-        &requests_->Add({{"graph", label}, {"protocol", protocol}, {"code", absl::StatusCodeToString(absl::StatusCode::kOk)}}),
+        &requests_->Add({{"graph", label}, {"protocol", protocol}, {"code", ok}}),
         &request_seconds_->Add({{"graph", label}, {"protocol", protocol}}, Buckets()),
         &bytes_in_->Add(graph),
         &bytes_out_->Add(graph),
-        ran ? &queue_seconds_->Add(on_gpu, Buckets()) : nullptr,
+        device.empty() ? nullptr : &queue_seconds_->Add(on_gpu, Buckets()),
         &h2d_seconds_->Add(on_gpu, Buckets()),
         &compute_seconds_->Add(on_gpu, Buckets()),
         &d2h_seconds_->Add(on_gpu, Buckets()),

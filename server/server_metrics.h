@@ -116,13 +116,15 @@ class ServerMetrics {
     prometheus::Histogram* request_seconds;
     prometheus::Counter* bytes_in;
     prometheus::Counter* bytes_out;
-    prometheus::Histogram* queue_seconds;  // null unless `ran` (on a GPU)
+    prometheus::Histogram* queue_seconds;  // null when `device` is empty (never ran)
     prometheus::Histogram* h2d_seconds;
     prometheus::Histogram* compute_seconds;
     prometheus::Histogram* d2h_seconds;
   };
+  // `device` as InferTimings has it: empty for a request that never ran on
+  // a device (the series then carry gpu="none").
   const OkSeries& SeriesOf(const std::string& label, const std::string& protocol,
-                           const std::string& device, bool ran);
+                           const std::string& device);
 
   mutable absl::Mutex mu_;
   absl::flat_hash_set<std::string> labelled_graphs_ ABSL_GUARDED_BY(mu_);
