@@ -149,7 +149,6 @@ absl::StatusOr<SearchReport> SearchEngines(ConvLayerPlanner& planner, cudaStream
   SearchReport report;
   report.timed = autotune;
   std::optional<ConvLayerPlan> winner;
-  LayerPath winner_path = LayerPath::kFused;
   bool first_path = true;
   for (LayerPath path : PathsOf(problem)) {
     const bool have_winner = winner.has_value();
@@ -189,10 +188,10 @@ absl::StatusOr<SearchReport> SearchEngines(ConvLayerPlanner& planner, cudaStream
       observer->OnResult(result);
       report.results.push_back(result);
       if (!result.ok) continue;
-      if (AutotuneReplaces(plan->measured_ms(), path, winner.has_value(),
-                           winner ? winner->measured_ms() : 0.0f, winner_path)) {
+      if (!winner.has_value() ||
+          AutotuneReplaces(plan->measured_ms(), plan->path(), winner->measured_ms(),
+                           winner->path())) {
         winner = std::move(plan);
-        winner_path = path;
       }
       if (!autotune) break;
     }

@@ -27,9 +27,7 @@ bool AutotuneAlsoTries(const ConvLayerProblem& problem, LayerPath path) {
   return path != LayerPath::kUnfusedRounding || problem.dtype == DType::kFloat16;
 }
 
-bool AutotuneReplaces(float ms, LayerPath path, bool have_winner, float winner_ms,
-                      LayerPath winner_path) {
-  if (!have_winner) return true;
+bool AutotuneReplaces(float ms, LayerPath path, float winner_ms, LayerPath winner_path) {
   const bool needs_margin =
       path == LayerPath::kUnfusedRounding && winner_path != LayerPath::kUnfusedRounding;
   return ms * (needs_margin ? kRoundingSpeedup : 1.0f) < winner_ms;

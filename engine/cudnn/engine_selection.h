@@ -67,12 +67,11 @@ std::string ConfigRejection(const EngineSelection& selection, const CudnnTarget&
 // output (depthwise convs, issue 12); bfloat16, with 8 bits, does not (the
 // second rounding cost a graph of issue 10 6.7e-2 relative L2).
 bool AutotuneAlsoTries(const ConvLayerProblem& problem, LayerPath path);
-// Whether a passing candidate timed at `ms` replaces the autotune winner so
-// far (`winner_ms`; none when `have_winner` is false). A candidate on the
+// Whether a passing candidate on `path` timed at `ms` replaces the autotune
+// winner so far (on `winner_path`, timed at `winner_ms`). A candidate on the
 // rounding path must beat a winner that rounds once by kRoundingSpeedup.
 inline constexpr float kRoundingSpeedup = 1.25f;
-bool AutotuneReplaces(float ms, LayerPath path, bool have_winner, float winner_ms,
-                      LayerPath winner_path);
+bool AutotuneReplaces(float ms, LayerPath path, float winner_ms, LayerPath winner_path);
 
 // "heuristic" (= heuristic_a), "heuristic_b", "fallback" or "autotune".
 absl::StatusOr<EngineSearch> ParseEngineSearch(const std::string& name);

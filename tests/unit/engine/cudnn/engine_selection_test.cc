@@ -24,19 +24,17 @@ TEST(AutotuneRoundingTest, OnlyFloat16LayersAlsoTryTheRoundingPath) {
 }
 
 TEST(AutotuneRoundingTest, TheRoundingPathNeedsTheMarginOverAWinnerThatRoundsOnce) {
-  // Anything replaces no winner.
-  EXPECT_TRUE(AutotuneReplaces(5.0f, LayerPath::kUnfusedRounding, false, 0.0f, LayerPath::kFused));
   // Faster by less than the margin: the fused winner stays.
-  EXPECT_FALSE(AutotuneReplaces(0.9f, LayerPath::kUnfusedRounding, true, 1.0f, LayerPath::kFused));
-  EXPECT_FALSE(AutotuneReplaces(1.0f / kRoundingSpeedup, LayerPath::kUnfusedRounding, true, 1.0f,
+  EXPECT_FALSE(AutotuneReplaces(0.9f, LayerPath::kUnfusedRounding, 1.0f, LayerPath::kFused));
+  EXPECT_FALSE(AutotuneReplaces(1.0f / kRoundingSpeedup, LayerPath::kUnfusedRounding, 1.0f,
                                 LayerPath::kUnfused));
   // Faster by more: it replaces it (the depthwise case: 0.09 against 0.5 ms).
-  EXPECT_TRUE(AutotuneReplaces(0.09f, LayerPath::kUnfusedRounding, true, 0.5f, LayerPath::kFused));
+  EXPECT_TRUE(AutotuneReplaces(0.09f, LayerPath::kUnfusedRounding, 0.5f, LayerPath::kFused));
   // Among rounding candidates, and on the other paths, faster is enough.
-  EXPECT_TRUE(AutotuneReplaces(0.08f, LayerPath::kUnfusedRounding, true, 0.09f,
+  EXPECT_TRUE(AutotuneReplaces(0.08f, LayerPath::kUnfusedRounding, 0.09f,
                                LayerPath::kUnfusedRounding));
-  EXPECT_TRUE(AutotuneReplaces(0.99f, LayerPath::kUnfused, true, 1.0f, LayerPath::kFused));
-  EXPECT_FALSE(AutotuneReplaces(1.0f, LayerPath::kFused, true, 1.0f, LayerPath::kFused));
+  EXPECT_TRUE(AutotuneReplaces(0.99f, LayerPath::kUnfused, 1.0f, LayerPath::kFused));
+  EXPECT_FALSE(AutotuneReplaces(1.0f, LayerPath::kFused, 1.0f, LayerPath::kFused));
 }
 
 }  // namespace
