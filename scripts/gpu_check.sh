@@ -16,6 +16,19 @@ steps="${STEPS:-tests graphs batching warmup fault oracle runtime server bench}"
 nvidia-smi -L | tee "$out/device.txt"
 summary=()
 
+# gtest NAME TIMEOUT LINES [VAR=VALUE...]: runs the test binary $bin/NAME
+# (with the variables set) into $out/NAME.log, prints its lines matching
+# LINES (a regex; empty for none) and any failure, and adds its result to
+# the summary.
+gtest() {
+  local name=$1 limit=$2 lines=$3
+  shift 3
+  env "$@" timeout "$limit" "$bin/$name" > "$out/$name.log" 2>&1
+  local rc=$?
+  grep -E "${lines:+$lines|}FAILED|Failure" "$out/$name.log" | head -30
+  summary+=("$name rc=$rc $(grep -E '^\[  PASSED  \]|FAILED TEST' "$out/$name.log" | tr '\n' ' ')")
+}
+
 if [[ " $steps " == *" tests "* ]]; then
   timeout 420 "$bin/cudnn_backend_test" ${GTEST_FILTER:+--gtest_filter=$GTEST_FILTER} \
     > "$out/cudnn_backend_test.log" 2>&1
@@ -23,31 +36,21 @@ if [[ " $steps " == *" tests "* ]]; then
   grep -E "^\[  FAILED  \]|Failure|error" "$out/cudnn_backend_test.log" | head -20
   sed -n '/^policy /,/^$/p' "$out/cudnn_backend_test.log"
   summary+=("cudnn_backend_test rc=$rc $(grep -E '^\[  PASSED  \]|FAILED TEST' "$out/cudnn_backend_test.log" | tr '\n' ' ')")
-  timeout 120 "$bin/gpu_server_test" > "$out/gpu_server_test.log" 2>&1
-  rc=$?
-  grep -E "relative L2|FAILED|Failure" "$out/gpu_server_test.log"
-  summary+=("gpu_server_test rc=$rc $(grep -E '^\[  PASSED  \]' "$out/gpu_server_test.log")")
+  gtest gpu_server_test 120 "relative L2"
 fi
 
 if [[ " $steps " == *" graphs "* ]]; then
   # Whole-graph CUDA graphs: random graphs with --cuda_graphs on and off,
   # replays, in-place pointers, unload/reload, cancellation, fallback.
-  timeout 420 "$bin/cuda_graph_test" > "$out/cuda_graph_test.log" 2>&1
-  rc=$?
-  grep -E "^cuda_graphs=|^in-place|^capture failure|FAILED|Failure" "$out/cuda_graph_test.log" \
-    | head -30
+  gtest cuda_graph_test 420 "^cuda_graphs=|^in-place|^capture failure"
   grep -E "CUDA graph (capture|launch) failed" "$out/cuda_graph_test.log" | cut -c1-260 | head -10
-  summary+=("cuda_graph_test rc=$rc $(grep -E '^\[  PASSED  \]|FAILED TEST' "$out/cuda_graph_test.log" | tr '\n' ' ')")
 fi
 
 if [[ " $steps " == *" batching "* ]]; then
   # Dynamic batching on the GPU: random graphs in batches against the CPU
   # backend, error isolation, the batcher under 64 calls; then the
   # benchmark, batching off vs on (docs/runtime.md, "Dynamic batching").
-  timeout 420 "$bin/dynamic_batching_gpu_test" > "$out/dynamic_batching_gpu_test.log" 2>&1
-  rc=$?
-  grep -E "FAILED|Failure" "$out/dynamic_batching_gpu_test.log" | head -20
-  summary+=("dynamic_batching_gpu_test rc=$rc $(grep -E '^\[  PASSED  \]|FAILED TEST' "$out/dynamic_batching_gpu_test.log" | tr '\n' ' ')")
+  gtest dynamic_batching_gpu_test 420 ""
   BUNDLE="$bundle" OUT="$out/batching" bash scripts/bench_batching.sh | tee "$out/bench_batching.txt"
   summary+=("bench_batching: $(grep -E ' vs off: ' "$out/bench_batching.txt" | tr '\n' ' ')")
 fi
@@ -57,20 +60,13 @@ if [[ " $steps " == *" warmup "* ]]; then
   # plans, so the first requests build none; a restart on the plan store
   # warms up without searching. Then the cold-start benchmark, whose last
   # row is the restart with warm-up at load (docs/runtime.md).
-  timeout 420 "$bin/warmup_gpu_test" > "$out/warmup_gpu_test.log" 2>&1
-  rc=$?
-  grep -E "^warm-up:|^run [0-9]|FAILED|Failure" "$out/warmup_gpu_test.log" | head -20
-  summary+=("warmup_gpu_test rc=$rc $(grep -E '^\[  PASSED  \]|FAILED TEST' "$out/warmup_gpu_test.log" | tr '\n' ' ')")
+  gtest warmup_gpu_test 420 "^warm-up:|^run [0-9]"
   BUNDLE="$bundle" OUT="$out/cold_start" bash scripts/bench_cold_start.sh | tee "$out/bench_cold_start.txt"
   summary+=("bench_cold_start: $(grep -E 'vs cold: ' "$out/bench_cold_start.txt" | tr '\n' ' ')")
 fi
 
 if [[ " $steps " == *" fault "* ]]; then
-  CONVSERVE_SERVER_BINARY="$bin/convserve-server" timeout 300 "$bin/gpu_fault_test" \
-    > "$out/gpu_fault_test.log" 2>&1
-  rc=$?
-  grep -E "^fault:|^quarantine:|Failure|FAILED" "$out/gpu_fault_test.log" | head -20
-  summary+=("gpu_fault_test rc=$rc $(grep -E '^\[  PASSED  \]' "$out/gpu_fault_test.log")")
+  gtest gpu_fault_test 300 "^fault:|^quarantine:" CONVSERVE_SERVER_BINARY="$bin/convserve-server"
 fi
 
 if [[ " $steps " == *" oracle "* ]]; then
@@ -86,15 +82,9 @@ if [[ " $steps " == *" oracle "* ]]; then
 fi
 
 if [[ " $steps " == *" runtime "* ]]; then
-  timeout 180 "$bin/device_pool_test" > "$out/device_pool_test.log" 2>&1
-  rc=$?
-  grep -E "^GPU |distinct keys|free memory|FAILED|Failure" "$out/device_pool_test.log"
-  summary+=("device_pool_test rc=$rc $(grep -E '^\[  PASSED  \]' "$out/device_pool_test.log")")
-  CONVSERVE_TEST_BACKEND=cuda CONVSERVE_SERVER_BINARY="$bin/convserve-server" \
-    timeout 120 "$bin/sigterm_during_traffic_test" > "$out/sigterm_test.log" 2>&1
-  rc=$?
-  grep -E "^backend|FAILED|Failure" "$out/sigterm_test.log"
-  summary+=("sigterm_during_traffic_test (cuda) rc=$rc")
+  gtest device_pool_test 180 "^GPU |distinct keys|free memory"
+  gtest sigterm_during_traffic_test 120 "^backend" CONVSERVE_TEST_BACKEND=cuda \
+    CONVSERVE_SERVER_BINARY="$bin/convserve-server"
   timeout 60 "$bin/plan_cache_bench" > "$out/plan_cache_bench.log" 2>&1
   grep BM_ "$out/plan_cache_bench.log"
   timeout 240 "$bin/runtime_bench" > "$out/runtime_bench.log" 2>&1
