@@ -19,6 +19,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "client/graph_file.h"
 #include "client/load_generator.h"
@@ -395,6 +396,8 @@ int main(int argc, char** argv) {
   usage_config.contains_helpshort_flags = usage_config.contains_help_flags;
   absl::SetFlagsUsageConfig(usage_config);
   absl::ParseCommandLine(argc, argv);
+  // No lock-order graph on every Mutex acquisition (as in the server).
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   convserve::KeepFreedBlocksForReuse();  // before any thread starts (malloc_tuning.h)
   // Line by line into a pipe or log too: a reader sees the setup as it
   // happens, and an interrupted run (which ends in _exit) loses no line.
