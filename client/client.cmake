@@ -9,6 +9,7 @@ target_link_libraries(convserve_channel_credentials PUBLIC gRPC::grpc++ absl::st
 add_library(convserve_client STATIC
   client/convserve_client.cc
   client/infer_request_sender.cc
+  client/model_infer_bytes.cc
   client/model_infer_stream.cc
   client/server_pool.cc
   client/tensor_summary.cc)

@@ -1,7 +1,9 @@
 #include "client/convserve_client.h"
 
 #include <grpcpp/create_channel.h>
+#include <grpcpp/impl/client_unary_call.h>
 #include <grpcpp/security/credentials.h>
+#include <grpcpp/support/client_callback.h>
 
 #include <utility>
 
@@ -27,6 +29,10 @@ ConvServeClient::ConvServeClient(const ClientOptions& options) : options_(option
   channel_ = grpc::CreateCustomChannel(options.address, credentials, args);
   convserve_ = v1::ConvServe::NewStub(channel_);
   kserve_ = inference::GRPCInferenceService::NewStub(channel_);
+  // The method name the generated stub uses.
+  model_infer_bytes_ = std::make_unique<grpc::internal::RpcMethod>(
+      "/inference.GRPCInferenceService/ModelInfer", grpc::internal::RpcMethod::NORMAL_RPC,
+      channel_);
 }
 
 void ConvServeClient::Prepare(grpc::ClientContext* context) const {
@@ -237,6 +243,21 @@ grpc::Status ConvServeClient::ModelInferBlocking(grpc::ClientContext* context,
                                                  const inference::ModelInferRequest& request,
                                                  inference::ModelInferResponse* response) {
   return kserve_->ModelInfer(context, request, response);
+}
+
+void ConvServeClient::ModelInferBytesAsync(grpc::ClientContext* context,
+                                           const grpc::ByteBuffer* request,
+                                           grpc::ByteBuffer* response,
+                                           std::function<void(grpc::Status)> done) {
+  grpc::internal::CallbackUnaryCall(channel_.get(), *model_infer_bytes_, context, request,
+                                    response, std::move(done));
+}
+
+grpc::Status ConvServeClient::ModelInferBytesBlocking(grpc::ClientContext* context,
+                                                      const grpc::ByteBuffer& request,
+                                                      grpc::ByteBuffer* response) {
+  return grpc::internal::BlockingUnaryCall(channel_.get(), *model_infer_bytes_, context, request,
+                                           response);
 }
 
 void ConvServeClient::ModelStreamInfer(

@@ -5,6 +5,8 @@
 #define CONVSERVE_CLIENT_CONVSERVE_CLIENT_H_
 
 #include <grpcpp/channel.h>
+#include <grpcpp/impl/rpc_method.h>
+#include <grpcpp/support/byte_buffer.h>
 
 #include <chrono>
 #include <cstdint>
@@ -96,6 +98,14 @@ class ConvServeClient {
   grpc::Status ModelInferBlocking(grpc::ClientContext* context,
                                   const inference::ModelInferRequest& request,
                                   inference::ModelInferResponse* response);
+  // ModelInfer with request and response as serialized bytes
+  // (model_infer_bytes.h), callback and blocking as above: no protobuf
+  // (de)serialization of the tensors on this side.
+  void ModelInferBytesAsync(grpc::ClientContext* context, const grpc::ByteBuffer* request,
+                            grpc::ByteBuffer* response, std::function<void(grpc::Status)> done);
+  grpc::Status ModelInferBytesBlocking(grpc::ClientContext* context,
+                                       const grpc::ByteBuffer& request,
+                                       grpc::ByteBuffer* response);
   // Starts a ModelStreamInfer call driven by `reactor` (which then calls
   // StartCall); `context` carries no deadline unless the caller set one.
   void ModelStreamInfer(grpc::ClientContext* context,
@@ -113,6 +123,8 @@ class ConvServeClient {
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::ConvServe::Stub> convserve_;
   std::unique_ptr<inference::GRPCInferenceService::Stub> kserve_;
+  // KServe's ModelInfer, registered with the channel, for the byte calls.
+  std::unique_ptr<grpc::internal::RpcMethod> model_infer_bytes_;
 };
 
 // gRPC status -> absl::Status, same code and message.

@@ -42,9 +42,10 @@ struct InferInput {
   std::string bytes;
 };
 
-// Where a response's tensor waits when it did not come in the response: a
-// slot of a shared-memory region, which no other request uses while this
-// object lives (destroying it frees the slot).
+// Where a response's tensor waits until someone reads it: a slot of a
+// shared-memory region, which no other request uses while this object lives
+// (destroying it frees the slot), or the received KServe response's bytes
+// (model_infer_bytes.h).
 class OutputSlot {
  public:
   virtual ~OutputSlot() = default;
@@ -52,17 +53,18 @@ class OutputSlot {
   virtual absl::Status Read(int64_t bytes, std::string* out) const = 0;
 };
 
-// One response's tensor. Message transports deliver its bytes with the
-// response; shared-memory transports leave them in the output's slot, so a
-// response costs no copy unless someone asks for the bytes (FetchBytes).
+// One response's tensor. convserve.v1 and KServe streams deliver its bytes
+// with the response; unary KServe calls leave them in the output's slot (a
+// shared-memory region or the received message), so a response costs no
+// copy unless someone asks for the bytes (FetchBytes).
 struct InferOutput {
   // Logical dims for convserve.v1, byte-order dims for KServe (as sent).
   std::vector<int64_t> shape;
   // Size of the tensor.
   int64_t byte_size = 0;
-  // The tensor: set on arrival (messages) or by FetchBytes (shared memory).
+  // The tensor: set on arrival, or by FetchBytes when it waits in a slot.
   std::string bytes;
-  // The slot holding the tensor; null when it came in the response.
+  // The slot holding the tensor; null when `bytes` came set.
   std::unique_ptr<OutputSlot> slot;
 
   // Makes `bytes` hold the tensor, reading it out of the slot the first

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/graph_file.h"
+#include "client/model_infer_bytes.h"
 #include "engine/graph.h"
 
 namespace convserve {
@@ -35,6 +36,72 @@ struct UnaryCall {
   void Finish(const grpc::Status& status) {
     std::unique_ptr<UnaryCall> self(this);
     done(FromGrpcStatus(status), status.ok() ? &response : nullptr);
+  }
+};
+
+// A response's output left in the received message (model_infer_bytes.h):
+// reads copy it out of the received slices.
+class ResponseBytesSlot final : public OutputSlot {
+ public:
+  ResponseBytesSlot(grpc::ByteBuffer buffer, ModelInferResponseBytes::Range range)
+      : buffer_(std::move(buffer)), range_(range) {}
+
+  absl::Status Read(int64_t bytes, std::string* out) const override {
+    if (bytes != static_cast<int64_t>(range_.size)) {
+      return absl::InternalError(absl::StrCat("asked for ", bytes, " bytes of an output of ",
+                                              range_.size));
+    }
+    return CopyByteBufferRange(buffer_, range_, out);
+  }
+
+ private:
+  const grpc::ByteBuffer buffer_;
+  const ModelInferResponseBytes::Range range_;
+};
+
+// The output of a ModelInfer response received as bytes, left in them.
+absl::StatusOr<InferOutput> OutputOfResponseBytes(grpc::ByteBuffer received) {
+  absl::StatusOr<ModelInferResponseBytes> response =
+      ParseModelInferResponseBytes(std::move(received));
+  if (!response.ok()) return response.status();
+  if (response->header.outputs_size() != 1 || response->raw_output_contents.size() != 1) {
+    return absl::InternalError(absl::StrCat(
+        "ModelInfer response has ", response->header.outputs_size(), " outputs and ",
+        response->raw_output_contents.size(), " raw_output_contents; expected one of each"));
+  }
+  InferOutput output;
+  output.shape.assign(response->header.outputs(0).shape().begin(),
+                      response->header.outputs(0).shape().end());
+  output.byte_size = static_cast<int64_t>(response->raw_output_contents[0].size);
+  output.slot = std::make_unique<ResponseBytesSlot>(std::move(response->buffer),
+                                                    response->raw_output_contents[0]);
+  return output;
+}
+
+// State of one unary ModelInfer call with the tensors in the messages, sent
+// and received as bytes; deletes itself when the call ends.
+struct BytesCall {
+  explicit BytesCall(LiveCalls* calls) : hold(calls) {}
+
+  // First: destroyed after the context.
+  LiveCalls::Hold hold;
+  grpc::ClientContext context;
+  grpc::ByteBuffer request;
+  grpc::ByteBuffer response;
+  InferRequestSender::Done done;
+
+  void Finish(const grpc::Status& status) {
+    std::unique_ptr<BytesCall> self(this);
+    if (!status.ok()) {
+      done(FromGrpcStatus(status), nullptr);
+      return;
+    }
+    absl::StatusOr<InferOutput> output = OutputOfResponseBytes(std::move(response));
+    if (!output.ok()) {
+      done(output.status(), nullptr);
+      return;
+    }
+    done(absl::OkStatus(), &*output);
   }
 };
 
@@ -131,7 +198,11 @@ KServeRequestSender::KServeRequestSender(const KServeSenderOptions& options,
   for (int64_t d : PhysicalDims(input.shape, input.definition.layout())) tensor->add_shape(d);
   if (regions_ == nullptr) {
     request.add_raw_input_contents(input.bytes);
-    message_request_ = std::move(request);
+    if (options_.streaming) {
+      message_request_ = std::move(request);
+    } else {
+      message_bytes_ = std::make_unique<SerializedModelInferRequest>(request);
+    }
     return;
   }
   SetRegion(regions_->input_region(), input.bytes.size(), 0, tensor->mutable_parameters());
@@ -181,6 +252,10 @@ void KServeRequestSender::Call(ConvServeClient& client, int slot, absl::Time dea
 
 void KServeRequestSender::SendAsync(ConvServeClient& client, Done done) {
   const absl::Time deadline = absl::Now() + absl::FromChrono(options_.timeout);
+  if (message_bytes_ != nullptr) {
+    SendBytes(client, deadline, /*blocking=*/false, std::move(done));
+    return;
+  }
   if (regions_ == nullptr) {
     Dispatch(client, -1, deadline, /*blocking=*/false, std::move(done));
     return;
@@ -204,6 +279,10 @@ void KServeRequestSender::SendBlocking(ConvServeClient& client, Done done) {
     return;
   }
   const absl::Time deadline = absl::Now() + absl::FromChrono(options_.timeout);
+  if (message_bytes_ != nullptr) {
+    SendBytes(client, deadline, /*blocking=*/true, std::move(done));
+    return;
+  }
   int slot = -1;
   if (regions_ != nullptr) {
     bool free = false;
@@ -224,6 +303,20 @@ void KServeRequestSender::SendBlocking(ConvServeClient& client, Done done) {
     }
   }
   Dispatch(client, slot, deadline, /*blocking=*/true, std::move(done));
+}
+
+void KServeRequestSender::SendBytes(ConvServeClient& client, absl::Time deadline, bool blocking,
+                                    Done done) {
+  auto* call = new BytesCall(&live_calls_);
+  call->done = std::move(done);
+  call->context.set_deadline(absl::ToChronoTime(deadline));
+  call->request = message_bytes_->Buffer();
+  if (blocking) {
+    call->Finish(client.ModelInferBytesBlocking(&call->context, call->request, &call->response));
+    return;
+  }
+  client.ModelInferBytesAsync(&call->context, &call->request, &call->response,
+                              [call](grpc::Status status) { call->Finish(status); });
 }
 
 void KServeRequestSender::Dispatch(ConvServeClient& client, int slot, absl::Time deadline,

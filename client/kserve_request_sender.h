@@ -26,6 +26,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "client/infer_request_sender.h"
+#include "client/model_infer_bytes.h"
 #include "client/model_infer_stream.h"
 #include "client/shared_memory_tensors.h"
 
@@ -85,6 +86,9 @@ class KServeRequestSender final : public InferRequestSender {
   // run before it returns.
   void Call(ConvServeClient& client, int slot, absl::Time deadline, bool blocking,
             CallDone done);
+  // Unary with the tensors in the messages: sends message_bytes_ and leaves
+  // the output in the received bytes (model_infer_bytes.h).
+  void SendBytes(ConvServeClient& client, absl::Time deadline, bool blocking, Done done);
   // Sends with output slot `slot` (-1 without shared memory) and turns the
   // response into an InferOutput for `done`.
   void Dispatch(ConvServeClient& client, int slot, absl::Time deadline, bool blocking, Done done);
@@ -94,7 +98,9 @@ class KServeRequestSender final : public InferRequestSender {
 
   const KServeSenderOptions options_;
   const v1::DataType data_type_;
-  // Without shared memory: the one request every call sends, read-only.
+  // Without shared memory: the one request every call sends, read-only;
+  // serialized once for unary calls, a message for the stream.
+  std::unique_ptr<SerializedModelInferRequest> message_bytes_;
   inference::ModelInferRequest message_request_;
   // With shared memory: the regions, and per output slot its request.
   const std::unique_ptr<SharedMemoryTensors> regions_;

@@ -43,7 +43,9 @@ std::string UnaryOutput(const InstrumentedServer& server) {
   if (session == nullptr) return "";
   absl::StatusOr<InferOutput> output = session->Send();
   EXPECT_TRUE(output.ok()) << output.status();
-  return output.ok() ? output->bytes : "";
+  if (!output.ok()) return "";
+  EXPECT_TRUE(output->FetchBytes().ok());
+  return output->bytes;
 }
 
 class LoadStreamingTest : public ::testing::TestWithParam<SharedMemoryKind> {};

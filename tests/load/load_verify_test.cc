@@ -46,7 +46,10 @@ TEST_P(LoadVerifyTest, ComparesSampledOutputsWithTheCpuReference) {
   ASSERT_TRUE(session.ok()) << session.status();
   ASSERT_TRUE((*session)->Send().ok());
   ASSERT_NE((*session)->verifier(), nullptr);
-  (*session)->verifier()->Check((*session)->Send()->bytes);
+  absl::StatusOr<InferOutput> probe = (*session)->Send();
+  ASSERT_TRUE(probe.ok()) << probe.status();
+  ASSERT_TRUE(probe->FetchBytes().ok());
+  (*session)->verifier()->Check(probe->bytes);
 
   LoadOptions options = ClosedLoopByCount({2}, 20, 1);
   options.verify_every = 3;
