@@ -340,6 +340,10 @@ absl::StatusOr<std::unique_ptr<DevicePool>> DevicePool::Create(const DevicePoolO
     }
     pool->devices_.push_back(std::move(device));
   }
+  pool->completions_ = std::make_unique<CompletionPool>(
+      options.completion_threads > 0 ? options.completion_threads
+                                     : options.workers_per_device *
+                                           static_cast<int>(pool->devices_.size()));
   for (auto& device : pool->devices_) {
     for (auto& worker : device->workers) {
       worker->thread = std::thread(&DevicePool::WorkerLoop, pool.get(), device.get(), worker.get());
@@ -360,6 +364,7 @@ DevicePool::~DevicePool() {
     }
     device->prober.reset();  // stops the process before its store goes
   }
+  completions_.reset();  // idle since Drain; before the members its answers use
   if (!private_store_dir_.empty()) {
     std::error_code ignored;
     std::filesystem::remove_all(private_store_dir_, ignored);
@@ -561,6 +566,8 @@ void DevicePool::Drain() {
         },
         device.get()));
   }
+  // Answers the workers handed over (RunTask) are sent too.
+  if (completions_ != nullptr) completions_->AwaitIdle();
 }
 
 RunnerStats DevicePool::Stats() const {
@@ -802,19 +809,34 @@ void DevicePool::RunTask(Device& device, Worker& worker, std::unique_ptr<Task> t
     event.timings = shared;
     if (event.succeeded > 0) ReportExecution(event);
   }
-  for (size_t i = 0; i < task->calls.size(); ++i) {
-    InferCall& call = task->calls[i];
-    const absl::Status& result = !results[i].ok() ? results[i] : status;
+  // With more requests waiting for this GPU the answers go to the
+  // completion threads and this worker takes the next request; else it
+  // answers at once (completion_pool.h).
+  const bool hand_over = device.queued.load(std::memory_order_acquire) > 0;
+  // Plans and device weights are let go on this thread (it has the GPU
+  // current), even when the task itself goes on another.
+  const std::vector<std::shared_ptr<ConvLayerPlan>> plans = std::move(task->plans);
+  const std::shared_ptr<GraphResources> resources = std::move(task->resources);
+  std::shared_ptr<Task> answered = std::move(task);  // until its last call is answered
+  for (size_t i = 0; i < answered->calls.size(); ++i) {
+    InferCall& call = answered->calls[i];
+    absl::Status result = !results[i].ok() ? results[i] : status;
     if (!result.ok() && call.output != nullptr) call.output->clear();  // never a partial result
     (result.ok() ? device.completed : device.failed)++;
     InferTimings timings = shared;
-    timings.queue += task->delays[i];
-    timings.batch_delay = task->delays[i];
-    if (task->batched && result.ok()) timings.batch_size = task->input_shape[0];
-    call.done(result, result.ok() ? call.layer_outputs.back() : Shape(), timings);
+    timings.queue += answered->delays[i];
+    timings.batch_delay = answered->delays[i];
+    if (answered->batched && result.ok()) timings.batch_size = answered->input_shape[0];
+    auto answer = [answered, &call, result = std::move(result), timings = std::move(timings)] {
+      call.done(result, result.ok() ? call.layer_outputs.back() : Shape(), timings);
+    };
+    if (hand_over) {
+      completions_->Post(std::move(answer));
+    } else {
+      answer();
+    }
   }
   device.outstanding -= cost;
-  task.reset();  // releases the graph's resources (maybe the last holder)
 }
 
 absl::Status DevicePool::Warm(const std::shared_ptr<const Graph>& graph, const Shape& input_shape,

@@ -48,6 +48,7 @@
 #include "engine/cudnn/conv_layer_plan.h"
 #include "engine/cudnn/device_weights.h"
 #include "engine/cudnn/engine_selection.h"
+#include "engine/runtime/completion_pool.h"
 #include "engine/runtime/cuda_graph_cache.h"
 #include "engine/runtime/engine_choice_store.h"
 #include "engine/runtime/engine_prober.h"
@@ -67,6 +68,9 @@ struct DevicePoolOptions {
   // thread wake-up (tens of microseconds on some hosts) at the cost of one
   // busy core per GPU while requests keep coming. Zero: workers sleep at once.
   absl::Duration worker_spin = absl::Microseconds(500);
+  // Threads that answer a worker's requests while more wait for its GPU
+  // (completion_pool.h); 0: one per worker.
+  int completion_threads = 0;
   // Requests waiting per GPU before new ones get RESOURCE_EXHAUSTED.
   int max_queued_per_device = 256;
   // Engine search and filters; a null errata means the shipped list.
@@ -196,6 +200,8 @@ class DevicePool : public RequestRunner {
   std::atomic<int64_t> in_process_vetoed_{0};
   // Engine choices taken from the plan store instead of a search.
   std::atomic<int64_t> stored_choices_used_{0};
+  // Answers requests for workers with more waiting (set by Create).
+  std::unique_ptr<CompletionPool> completions_;
 };
 
 }  // namespace convserve
