@@ -52,7 +52,7 @@ struct DevicePool::Task {
   // a plan in use is never evicted). A fault report names their engines
   // (Engines) and quarantines them (QuarantineKeys), so the restarted
   // server does not fault the same way; both are formatted only then.
-  std::vector<ConvLayerProblem> problems;
+  std::shared_ptr<const std::vector<ConvLayerProblem>> problems;
   std::vector<std::shared_ptr<ConvLayerPlan>> plans;
   // The --testing_fault_graph hook ran: it, not an engine, faults.
   bool fault_hook = false;
@@ -69,7 +69,7 @@ struct DevicePool::Task {
     std::vector<std::string> keys;
     if (fault_hook) return keys;
     for (size_t i = 0; i < plans.size(); ++i) {
-      keys.push_back(QuarantineKey(target_key, problems[i], plans[i]->id()));
+      keys.push_back(QuarantineKey(target_key, (*problems)[i], plans[i]->id()));
     }
     return keys;
   }
@@ -113,6 +113,17 @@ struct DevicePool::Worker {
   // Requests captured on this worker's stream; cleared whenever one of the
   // device buffers above is reallocated (captures hold their addresses).
   std::unique_ptr<CudaGraphCache<CapturedLayers>> graphs;
+  // The layer problems and plans of the last execution shape this worker
+  // ran: the next execution of the same graph and input shape takes them
+  // from here instead of one plan cache lookup per layer, while the cache's
+  // generation says it has let go of nothing since.
+  struct LastPlans {
+    std::string graph_id;
+    Shape input_shape;
+    uint64_t generation = 0;
+    std::shared_ptr<const std::vector<ConvLayerProblem>> problems;
+    std::vector<std::shared_ptr<ConvLayerPlan>> plans;
+  } last_plans;
   // Warm-up jobs for this worker (plans are per worker), taken before the
   // device's queue. Guarded by the device's `mu`.
   std::deque<std::shared_ptr<WarmJob>> warm_jobs;
@@ -1139,8 +1150,16 @@ absl::Status DevicePool::Execute(Device& device, Worker& worker, Task& task,
     for (Shape& shape : outputs) shape[0] = n;
   }
   const Shape& input_shape = task.input_shape;
-  task.problems = MakeLayerProblems(graph, input_shape, outputs);
-  const std::vector<ConvLayerProblem>& problems = task.problems;
+  Worker::LastPlans& memo = worker.last_plans;
+  // Read before any lookup: a value let go meanwhile makes the next
+  // execution look up again.
+  const uint64_t generation = plans_.generation();
+  const bool same_as_last = memo.problems != nullptr && memo.generation == generation &&
+                            memo.graph_id == graph.id() && memo.input_shape == input_shape;
+  task.problems = same_as_last ? memo.problems
+                               : std::make_shared<const std::vector<ConvLayerProblem>>(
+                                     MakeLayerProblems(graph, input_shape, outputs));
+  const std::vector<ConvLayerProblem>& problems = *task.problems;
   const size_t element = DTypeSize(graph.spec().dtype);
   int64_t largest = 0;
   for (const Shape& shape : outputs) largest = std::max(largest, NumElements(shape));
@@ -1184,13 +1203,23 @@ absl::Status DevicePool::Execute(Device& device, Worker& worker, Task& task,
   const DeviceWeights& weights = *task.resources->weights[device.slot];
 
   std::vector<std::shared_ptr<ConvLayerPlan>>& plans = task.plans;
-  int64_t workspace = 0;
-  for (size_t i = 0; i < problems.size(); ++i) {
-    ASSIGN_OR_RETURN(std::shared_ptr<ConvLayerPlan> plan,
-                     LayerPlan(device, worker, graph, i, problems[i]));
-    workspace = std::max(workspace, plan->workspace_bytes());
-    plans.push_back(std::move(plan));
+  if (same_as_last) {
+    plans = memo.plans;
+  } else {
+    memo.problems = nullptr;  // until this lookup succeeds
+    for (size_t i = 0; i < problems.size(); ++i) {
+      ASSIGN_OR_RETURN(std::shared_ptr<ConvLayerPlan> plan,
+                       LayerPlan(device, worker, graph, i, problems[i]));
+      plans.push_back(std::move(plan));
+    }
+    memo.graph_id = graph.id();
+    memo.input_shape = input_shape;
+    memo.generation = generation;
+    memo.problems = task.problems;
+    memo.plans = plans;
   }
+  int64_t workspace = 0;
+  for (const auto& plan : plans) workspace = std::max(workspace, plan->workspace_bytes());
   RETURN_IF_ERROR(Grow(&worker.workspace, workspace, &moved));
   if (moved) worker.graphs->Clear();
   if (cancelled()) {

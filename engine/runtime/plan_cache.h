@@ -14,6 +14,7 @@
 #ifndef CONVSERVE_ENGINE_RUNTIME_PLAN_CACHE_H_
 #define CONVSERVE_ENGINE_RUNTIME_PLAN_CACHE_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <list>
@@ -139,6 +140,11 @@ class PlanCache {
     }
   }
 
+  // Changes whenever a value leaves the cache (erased, evicted, or a
+  // failure expired): a caller that remembers values it got may keep using
+  // them while this is unchanged, as a lookup would return the same ones.
+  uint64_t generation() const { return generation_.load(std::memory_order_acquire); }
+
   PlanCacheStats stats() const {
     absl::MutexLock lock(&mu_);
     PlanCacheStats stats = stats_;
@@ -167,6 +173,7 @@ class PlanCache {
       bytes_ -= entry.bytes;
     }
     entries_.erase(it);
+    generation_.fetch_add(1, std::memory_order_acq_rel);
   }
 
   // Evicts least recently used values not in use until within both bounds.
@@ -194,6 +201,7 @@ class PlanCache {
   std::list<std::shared_ptr<Entry>> lru_ ABSL_GUARDED_BY(mu_);
   int64_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
   PlanCacheStats stats_ ABSL_GUARDED_BY(mu_);
+  std::atomic<uint64_t> generation_{0};
 };
 
 }  // namespace convserve

@@ -235,5 +235,44 @@ TEST(PlanCacheTest, EraseIfDropsMatchingKeys) {
   EXPECT_EQ(calls.load(), 4);
 }
 
+TEST(PlanCacheTest, GenerationChangesExactlyWhenAValueLeaves) {
+  absl::Time now = absl::FromUnixSeconds(1000);
+  PlanCacheOptions options;
+  options.max_entries = 2;
+  options.failure_ttl = absl::Seconds(5);
+  options.now = [&now] { return now; };
+  Cache cache(options);
+  uint64_t seen = cache.generation();
+  const auto changed = [&] {
+    const uint64_t now_generation = cache.generation();
+    const bool moved = now_generation != seen;
+    seen = now_generation;
+    return moved;
+  };
+  // Builds and hits keep it: a remembered value is still the cache's.
+  ASSERT_TRUE(cache.GetOrBuild(Key("a"), Returns("a")).ok());
+  ASSERT_TRUE(cache.GetOrBuild(Key("b"), Returns("b")).ok());
+  ASSERT_TRUE(cache.GetOrBuild(Key("a"), Returns("a")).ok());
+  EXPECT_FALSE(changed());
+  // An eviction (b, least recently used) changes it.
+  ASSERT_TRUE(cache.GetOrBuild(Key("c"), Returns("c")).ok());
+  EXPECT_TRUE(changed());
+  // So does an erase...
+  cache.EraseIf([](const PlanKey& key) { return key.graph_id == "a"; });
+  EXPECT_TRUE(changed());
+  cache.EraseIf([](const PlanKey&) { return false; });
+  EXPECT_FALSE(changed());
+  // ...and an expired failure being dropped for a new build.
+  const Cache::Builder failing = []() -> absl::StatusOr<Cache::Built> {
+    return absl::UnimplementedError("no engine");
+  };
+  EXPECT_FALSE(cache.GetOrBuild(Key("bad"), failing).ok());
+  EXPECT_FALSE(cache.GetOrBuild(Key("bad"), failing).ok());  // served within the TTL
+  EXPECT_FALSE(changed());
+  now += absl::Seconds(6);
+  EXPECT_FALSE(cache.GetOrBuild(Key("bad"), failing).ok());
+  EXPECT_TRUE(changed());
+}
+
 }  // namespace
 }  // namespace convserve
