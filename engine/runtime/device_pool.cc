@@ -820,10 +820,11 @@ void DevicePool::RunTask(Device& device, Worker& worker, std::unique_ptr<Task> t
     event.timings = shared;
     if (event.succeeded > 0) ReportExecution(event);
   }
-  // With more requests waiting for this GPU the answers go to the
-  // completion threads and this worker takes the next request; else it
-  // answers at once (completion_pool.h).
-  const bool hand_over = device.queued.load(std::memory_order_acquire) > 0;
+  // The answers of a batch, or of a request while more wait for this GPU,
+  // go to the completion threads (in parallel) and this worker takes the
+  // next request; a lone request is answered at once (completion_pool.h).
+  const bool hand_over =
+      task->calls.size() > 1 || device.queued.load(std::memory_order_acquire) > 0;
   // Plans and device weights are let go on this thread (it has the GPU
   // current), even when the task itself goes on another.
   const std::vector<std::shared_ptr<ConvLayerPlan>> plans = std::move(task->plans);

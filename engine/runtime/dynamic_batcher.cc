@@ -259,17 +259,19 @@ void DynamicBatcher::Loop() {
                   {}, timings);
     }
     if (batch.calls.empty()) continue;
-    // The batch leaves the batcher's count when its last call is answered.
-    auto remaining = std::make_shared<std::atomic<int>>(static_cast<int>(batch.calls.size()));
+    // The batch leaves the batcher's count when the runner answers its first
+    // call: its execution is over then, and the next batch can form while
+    // the rest are answered (on the runner's completion threads, say).
+    auto left = std::make_shared<std::atomic<bool>>(false);
     for (InferCall& call : batch.calls) {
-      call.done = [state = state_, remaining, done = std::move(call.done)](
+      call.done = [state = state_, left, done = std::move(call.done)](
                       const absl::Status& status, const Shape& shape,
                       const InferTimings& timings) {
-        done(status, shape, timings);
-        if (remaining->fetch_sub(1) == 1) {
+        if (!left->exchange(true)) {
           absl::MutexLock lock(&state->mu);
           --state->inflight;
         }
+        done(status, shape, timings);
       };
     }
     runner_->SubmitBatch(std::move(batch));

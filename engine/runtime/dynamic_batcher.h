@@ -2,7 +2,8 @@
 // whose inputs have the same shape but for N wait in a queue in front of the
 // runner and are handed to it as one batch (RequestRunner::SubmitBatch),
 // joined along N. A batch is formed when the runner can take one (fewer than
-// RequestRunner::concurrency() of this graph's batches in flight), from the
+// RequestRunner::concurrency() of this graph's batches in flight; a batch is
+// in flight until the runner answers its first call), from the
 // oldest request and the later ones of its shape, in arrival order, up to
 // max_batch_size: cut at the largest preferred size it can reach; else sent
 // as it is once it is full or the oldest request has waited
