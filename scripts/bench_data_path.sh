@@ -18,16 +18,21 @@ window="${WINDOW:-2s}"
 
 nvidia-smi -L | tee "$out/device.txt"
 server=
-trap '[ -n "$server" ] && kill -TERM $server 2>/dev/null; wait $server 2>/dev/null' EXIT
-# start_server NAME FLAGS...: stops the running server, starts one with FLAGS.
+trap '[ -n "$server" ] && kill -TERM $server 2>/dev/null; wait $server 2>/dev/null; rm -f "$socket"' EXIT
+# The server's address: loopback TCP, or a Unix socket for the rows that
+# say so.
+address=127.0.0.1:$port
+socket="/tmp/convserve-bench-$$.sock"
+# start_server NAME FLAGS...: stops the running server, starts one with FLAGS
+# listening on $address.
 start_server() {
   local name=$1
   shift
   if [ -n "$server" ]; then kill -TERM $server; wait $server; fi
-  "$bin/convserve-server" --listen=127.0.0.1:$port --metrics_listen= "$@" \
+  "$bin/convserve-server" --listen=$address --metrics_listen= "$@" \
     > "$out/$name.log" 2>&1 &
   server=$!
-  "$bin/convserve-health" --server=127.0.0.1:$port --wait_seconds=60 > /dev/null || {
+  "$bin/convserve-health" --server=$address --wait_seconds=60 > /dev/null || {
     echo "server did not start"; cat "$out/$name.log"; exit 1; }
 }
 start_server server
@@ -57,13 +62,13 @@ for n in (1, 32):
 PY
 
 # The floor of a gRPC unary call on this host: an empty ServerLive round trip.
-"$bin/rpc_floor_bench" --server=127.0.0.1:$port --requests=20000 > "$out/rpc_floor.txt" 2>&1
+"$bin/rpc_floor_bench" --server=$address --requests=20000 > "$out/rpc_floor.txt" 2>&1
 
 # run NAME SHAPE CONCURRENCY EXTRA_FLAGS...: one closed-loop level.
 run() {
   local name=$1 shape=$2 concurrency=$3
   shift 3
-  timeout 300 "$bin/convserve-load" --server=127.0.0.1:$port --graph_file=$graph \
+  timeout 300 "$bin/convserve-load" --server=$address --graph_file=$graph \
     --input_shape="$shape" --protocol=kserve --concurrency_range="$concurrency" \
     --warmup=1s --window="$window" --stable_windows=2 --max_windows=4 \
     --csv="$out/$name.csv" "$@" > "$out/$name.log" 2>&1
@@ -103,9 +108,16 @@ nvidia-smi --query-gpu=utilization.gpu --format=csv,noheader,nounits -lms 100 \
 smi=$!
 run cuda_401k_c64_w4 1,64,56,56 64 --shared_memory=cuda
 kill $smi 2>/dev/null
+# The same server on a Unix socket instead of loopback TCP (a sidecar's
+# choice, docs/runtime.md): the 12.8 MB request through gRPC bytes.
+address="unix:$socket"
+start_server server_unix
+run msg_12m_unix 32,64,56,56 1 --calls=blocking
+address=127.0.0.1:$port
+start_server server_verify
 # Correctness of each transport against the CPU reference.
 for mode in none system cuda; do
-  timeout 120 "$bin/convserve-load" --server=127.0.0.1:$port --graph_file=$graph \
+  timeout 120 "$bin/convserve-load" --server=$address --graph_file=$graph \
     --input_shape=2,64,56,56 --protocol=kserve --shared_memory=$mode --verify --requests=5 \
     > "$out/verify_$mode.log" 2>&1
   echo "verify $mode rc=$? $(grep -E '^verify' "$out/verify_$mode.log")"
@@ -141,6 +153,7 @@ for name, label, n in [
     ("cuda_401k", "1x64x56x56, CUDA shm", 1),
     ("stream_401k", "1x64x56x56, gRPC stream", 1),
     ("msg_12m", "32x64x56x56 (12.8 MB), gRPC bytes", 32),
+    ("msg_12m_unix", "the same, over a Unix socket", 32),
     ("sys_12m", "32x64x56x56, system shm", 32),
     ("cuda_12m", "32x64x56x56, CUDA shm", 32),
     ("sys_401k_nospin", "1x64x56x56, system shm, no polling", 1),
