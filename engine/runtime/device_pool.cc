@@ -44,7 +44,7 @@ struct DevicePool::Task {
   bool batched = false;
   // The execution's input shape, once known.
   Shape input_shape;
-  // Holds the graph's device weights until the request is answered.
+  // Holds the graph's device weights until the execution is over.
   std::shared_ptr<GraphResources> resources;
   absl::Time accepted;
   int64_t cost = 0;
