@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <optional>
 
 #include "absl/container/inlined_vector.h"
@@ -351,10 +352,13 @@ absl::StatusOr<std::unique_ptr<DevicePool>> DevicePool::Create(const DevicePoolO
     }
     pool->devices_.push_back(std::move(device));
   }
-  pool->completions_ = std::make_unique<CompletionPool>(
-      options.completion_threads > 0 ? options.completion_threads
-                                     : options.workers_per_device *
-                                           static_cast<int>(pool->devices_.size()));
+  RequestExecutorOptions completions;
+  completions.threads = options.completion_threads > 0
+                            ? options.completion_threads
+                            : options.workers_per_device * static_cast<int>(pool->devices_.size());
+  // Never full: what waits there is bounded by the requests in flight.
+  completions.max_queued = std::numeric_limits<int>::max();
+  pool->completions_ = std::make_unique<RequestExecutor>(completions);
   for (auto& device : pool->devices_) {
     for (auto& worker : device->workers) {
       worker->thread = std::thread(&DevicePool::WorkerLoop, pool.get(), device.get(), worker.get());
@@ -578,7 +582,7 @@ void DevicePool::Drain() {
         device.get()));
   }
   // Answers the workers handed over (RunTask) are sent too.
-  if (completions_ != nullptr) completions_->AwaitIdle();
+  if (completions_ != nullptr) completions_->Drain();
 }
 
 RunnerStats DevicePool::Stats() const {
@@ -822,7 +826,8 @@ void DevicePool::RunTask(Device& device, Worker& worker, std::unique_ptr<Task> t
   }
   // The answers of a batch, or of a request while more wait for this GPU,
   // go to the completion threads (in parallel) and this worker takes the
-  // next request; a lone request is answered at once (completion_pool.h).
+  // next request; a lone request is answered at once, which is sooner than
+  // waking a thread.
   const bool hand_over =
       task->calls.size() > 1 || device.queued.load(std::memory_order_acquire) > 0;
   // Plans and device weights are let go on this thread (it has the GPU
@@ -839,14 +844,12 @@ void DevicePool::RunTask(Device& device, Worker& worker, std::unique_ptr<Task> t
     timings.queue += answered->delays[i];
     timings.batch_delay = answered->delays[i];
     if (answered->batched && result.ok()) timings.batch_size = answered->input_shape[0];
-    auto answer = [answered, &call, result = std::move(result), timings = std::move(timings)] {
+    std::function<void()> answer = [answered, &call, result = std::move(result),
+                                     timings = std::move(timings)] {
       call.done(result, result.ok() ? call.layer_outputs.back() : Shape(), timings);
     };
-    if (hand_over) {
-      completions_->Post(std::move(answer));
-    } else {
-      answer();
-    }
+    // Refused only after Drain, when no task runs: answered here then.
+    if (!hand_over || !completions_->Submit(answer).ok()) answer();
   }
   device.outstanding -= cost;
 }

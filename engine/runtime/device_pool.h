@@ -48,12 +48,12 @@
 #include "engine/cudnn/conv_layer_plan.h"
 #include "engine/cudnn/device_weights.h"
 #include "engine/cudnn/engine_selection.h"
-#include "engine/runtime/completion_pool.h"
 #include "engine/runtime/cuda_graph_cache.h"
 #include "engine/runtime/engine_choice_store.h"
 #include "engine/runtime/engine_prober.h"
 #include "engine/runtime/plan_cache.h"
 #include "engine/runtime/plan_store.h"
+#include "engine/runtime/request_executor.h"
 #include "engine/runtime/request_runner.h"
 
 namespace convserve {
@@ -69,7 +69,7 @@ struct DevicePoolOptions {
   // busy core per GPU while requests keep coming. Zero: workers sleep at once.
   absl::Duration worker_spin = absl::Microseconds(500);
   // Threads that answer a worker's requests while more wait for its GPU
-  // (completion_pool.h); 0: one per worker.
+  // (RunTask); 0: one per worker.
   int completion_threads = 0;
   // Requests waiting per GPU before new ones get RESOURCE_EXHAUSTED.
   int max_queued_per_device = 256;
@@ -200,8 +200,12 @@ class DevicePool : public RequestRunner {
   std::atomic<int64_t> in_process_vetoed_{0};
   // Engine choices taken from the plan store instead of a search.
   std::atomic<int64_t> stored_choices_used_{0};
-  // Answers requests for workers with more waiting (set by Create).
-  std::unique_ptr<CompletionPool> completions_;
+  // Answers requests for workers (set by Create). Answering (metrics, the
+  // response, and gRPC's write, which runs on the thread that finishes the
+  // call) took a fifth of a server's CPU at 64 in flight; a worker
+  // answering is a worker not feeding its GPU (docs/runtime.md, "The
+  // request path under load").
+  std::unique_ptr<RequestExecutor> completions_;
 };
 
 }  // namespace convserve

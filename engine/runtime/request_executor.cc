@@ -64,6 +64,7 @@ void RequestExecutor::WorkerLoop() {
       ++running_;
     }
     task();
+    task = nullptr;  // what it holds goes before Drain can count it done
     absl::MutexLock lock(&mu_);
     --running_;
   }

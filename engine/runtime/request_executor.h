@@ -36,7 +36,8 @@ class RequestExecutor {
   // after Drain(); `task` is not run then.
   absl::Status Submit(std::function<void()> task);
 
-  // Stops accepting and returns once every accepted task has run.
+  // Stops accepting and returns once every accepted task has run and what
+  // it held is gone.
   void Drain();
 
   // Tasks queued or running.
