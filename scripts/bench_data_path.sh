@@ -86,12 +86,19 @@ run msg_12m 32,64,56,56 1 --calls=blocking
 run sys_12m 32,64,56,56 1 --shared_memory=system --calls=blocking
 run cuda_12m 32,64,56,56 1 --shared_memory=cuda --calls=blocking
 run stream_401k 1,64,56,56 1 --streaming
+run stream_sys_401k 1,64,56,56 1 --streaming --shared_memory=system
 # GPU busy at concurrency 64, batch 1, CUDA shared memory (callback calls
 # over convserve-load's default 4 connections at this concurrency).
 nvidia-smi --query-gpu=utilization.gpu --format=csv,noheader,nounits -lms 100 \
   > "$out/utilization.txt" 2>/dev/null &
 smi=$!
 run cuda_401k_c64 1,64,56,56 64 --shared_memory=cuda
+kill $smi 2>/dev/null
+# The same over one ModelStreamInfer stream: no unary call per request.
+nvidia-smi --query-gpu=utilization.gpu --format=csv,noheader,nounits -lms 100 \
+  > "$out/utilization_stream.txt" 2>/dev/null &
+smi=$!
+run cuda_401k_c64_stream 1,64,56,56 64 --shared_memory=cuda --streaming
 kill $smi 2>/dev/null
 run cuda_401k_c64_1conn 1,64,56,56 64 --shared_memory=cuda --connections=1
 run msg_401k_c64 1,64,56,56 64
@@ -107,6 +114,11 @@ nvidia-smi --query-gpu=utilization.gpu --format=csv,noheader,nounits -lms 100 \
   > "$out/utilization_w4.txt" 2>/dev/null &
 smi=$!
 run cuda_401k_c64_w4 1,64,56,56 64 --shared_memory=cuda
+kill $smi 2>/dev/null
+nvidia-smi --query-gpu=utilization.gpu --format=csv,noheader,nounits -lms 100 \
+  > "$out/utilization_stream_w4.txt" 2>/dev/null &
+smi=$!
+run cuda_401k_c64_stream_w4 1,64,56,56 64 --shared_memory=cuda --streaming
 kill $smi 2>/dev/null
 # The same server on a Unix socket instead of loopback TCP (a sidecar's
 # choice, docs/runtime.md): the 12.8 MB request through gRPC bytes.
@@ -152,6 +164,7 @@ for name, label, n in [
     ("sys_401k_callback", "the same, gRPC callback API", 1),
     ("cuda_401k", "1x64x56x56, CUDA shm", 1),
     ("stream_401k", "1x64x56x56, gRPC stream", 1),
+    ("stream_sys_401k", "1x64x56x56, system shm, gRPC stream", 1),
     ("msg_12m", "32x64x56x56 (12.8 MB), gRPC bytes", 32),
     ("msg_12m_unix", "the same, over a Unix socket", 32),
     ("sys_12m", "32x64x56x56, system shm", 32),
@@ -162,7 +175,9 @@ for name, label, n in [
     ("msg_401k_c64", "1x64x56x56, 64 in flight, gRPC bytes", 1),
     ("cuda_401k_c64", "1x64x56x56, 64 in flight, CUDA shm", 1),
     ("cuda_401k_c64_1conn", "the same, one connection", 1),
-    ("cuda_401k_c64_w4", "the same, 4 connections, 4 workers", 1)]:
+    ("cuda_401k_c64_w4", "the same, 4 connections, 4 workers", 1),
+    ("cuda_401k_c64_stream", "64 in flight, CUDA shm, gRPC stream", 1),
+    ("cuda_401k_c64_stream_w4", "the same, 4 workers", 1)]:
     row = level(name)
     b = before.get(name)
     f = floor.get(n, (float("nan"),))[0]
@@ -181,12 +196,15 @@ print("columns: latency from convserve-load (closed loop, 1 in flight unless sai
       "issue's figures (same host kind, gRPC bytes); floor = pinned H2D + D2H of the tensor "
       "(PyTorch, this host); server/queue/copies/GPU = the server's mean request, queue, "
       "H2D+D2H and compute time (GetStatistics); outside = client mean - server request time")
-for name, workers in (("utilization.txt", 2), ("utilization_w4.txt", 4)):
+for name, calls, workers in (("utilization.txt", "unary calls", 2),
+                             ("utilization_w4.txt", "unary calls", 4),
+                             ("utilization_stream.txt", "one stream", 2),
+                             ("utilization_stream_w4.txt", "one stream", 4)):
     path = os.path.join(out, name)
     util = [float(x) for x in open(path) if x.strip()] if os.path.exists(path) else []
     if util:
-        print(f"GPU busy at 64 in flight, CUDA shm, {workers} workers (target >= 60%; before 11% "
-              f"with gRPC bytes): mean {sum(util)/len(util):.0f}% of {len(util)} samples")
+        print(f"GPU busy at 64 in flight, CUDA shm, {calls}, {workers} workers (target >= 60%; "
+              f"before 11% with gRPC bytes): mean {sum(util)/len(util):.0f}% of {len(util)} samples")
 for n, (total, h2d_gbs, d2h_gbs) in sorted(floor.items()):
     print(f"pinned copy floor N={n}: {total:.3f} ms round trip (H2D {h2d_gbs:.1f} GB/s, D2H {d2h_gbs:.1f} GB/s)")
 for line in open(os.path.join(out, "rpc_floor.txt")):
