@@ -24,6 +24,7 @@
 #include "engine/runtime/guarded_copy.h"
 #include "engine/runtime/layer_segments.h"
 #include "engine/runtime/prober_protocol.h"
+#include "engine/runtime/slice_copies.h"
 #include "engine/status_macros.h"
 #include "spdlog/spdlog.h"
 
@@ -1085,11 +1086,16 @@ absl::StatusOr<std::shared_ptr<ConvLayerPlan>> DevicePool::LayerPlan(
 
 namespace {
 
+// CUDA memory on the GPU of `ordinal` (a kernel there can address it).
+bool OnDevice(const std::optional<TensorMemory>& memory, int ordinal) {
+  return memory.has_value() && memory->kind == TensorMemory::Kind::kDevice &&
+         memory->device == ordinal;
+}
+
 // Device memory a plan may read or write in place: on the worker's GPU and
 // aligned as every tensor is declared to cuDNN (16 bytes).
 bool InPlace(const std::optional<TensorMemory>& memory, int ordinal) {
-  return memory.has_value() && memory->kind == TensorMemory::Kind::kDevice &&
-         memory->device == ordinal && reinterpret_cast<uintptr_t>(memory->data) % 16 == 0;
+  return OnDevice(memory, ordinal) && reinterpret_cast<uintptr_t>(memory->data) % 16 == 0;
 }
 
 }  // namespace
@@ -1185,10 +1191,12 @@ absl::Status DevicePool::Execute(Device& device, Worker& worker, Task& task,
   }
   // Where inputs come from and outputs go (docs/runtime.md, "Host copies"):
   // a CUDA region on this GPU is read and written in place when the call
-  // runs alone (a batch needs its slices side by side in one buffer); a
-  // pinned (registered) host region, or a CUDA region elsewhere, is copied
-  // to and from directly; other host memory goes through this worker's
-  // pinned staging buffers.
+  // runs alone (a batch needs its slices side by side in one buffer: the
+  // regions of a batch's calls on this GPU are gathered into it, and their
+  // outputs scattered back, by one kernel launch each way); a pinned
+  // (registered) host region, or a CUDA region elsewhere, is copied to and
+  // from directly; other host memory goes through this worker's pinned
+  // staging buffers.
   const bool alone = live.size() == 1;
   const bool input_in_place = alone && InPlace(first.input_memory, device.ordinal);
   const bool output_in_place = alone && InPlace(first.output_memory, device.ordinal);
@@ -1321,11 +1329,14 @@ absl::Status DevicePool::Execute(Device& device, Worker& worker, Task& task,
   if (!input_in_place) {
     CUDA_RETURN_IF_ERROR(cudaEventRecord(worker.events[0].get(), stream));
     uint8_t* const input = static_cast<uint8_t*>(worker.input.data());
+    std::vector<SliceCopy> gathered;  // inputs in CUDA memory on this GPU
     for (size_t i : live) {
       const InferCall& call = task.calls[i];
       const std::optional<TensorMemory>& memory = call.input_memory;
       cudaError_t copied = cudaSuccess;
-      if (memory && memory->kind == TensorMemory::Kind::kDevice) {
+      if (OnDevice(memory, device.ordinal)) {
+        gathered.push_back({memory->data, input + in_offset[i], call_in_bytes[i]});
+      } else if (memory && memory->kind == TensorMemory::Kind::kDevice) {
         copied = cudaMemcpyPeerAsync(input + in_offset[i], device.ordinal, memory->data,
                                      memory->device, call_in_bytes[i], stream);
       } else {
@@ -1335,6 +1346,7 @@ absl::Status DevicePool::Execute(Device& device, Worker& worker, Task& task,
       }
       RETURN_IF_ERROR(CheckCallCopy(copied, "input", &(*results)[i]));
     }
+    RETURN_IF_ERROR(LaunchSliceCopies(gathered, stream));
   }
   CUDA_RETURN_IF_ERROR(cudaEventRecord(worker.events[1].get(), stream));
   if (!options_.testing_fault_graph.empty() && graph.name() == options_.testing_fault_graph) {
@@ -1383,11 +1395,14 @@ absl::Status DevicePool::Execute(Device& device, Worker& worker, Task& task,
   const uint8_t* const result = static_cast<const uint8_t*>(buffers_for(last).y);
   uint8_t* const staging_out = static_cast<uint8_t*>(worker.staging_out.data());
   if (!output_in_place) {
+    std::vector<SliceCopy> scattered;  // outputs to CUDA memory on this GPU
     for (size_t i : live) {
       if (!(*results)[i].ok()) continue;  // its input never arrived
       const std::optional<TensorMemory>& memory = task.calls[i].output_memory;
       cudaError_t copied = cudaSuccess;
-      if (memory && memory->kind == TensorMemory::Kind::kDevice) {
+      if (OnDevice(memory, device.ordinal)) {
+        scattered.push_back({result + out_offset[i], memory->data, call_out_bytes[i]});
+      } else if (memory && memory->kind == TensorMemory::Kind::kDevice) {
         copied = cudaMemcpyPeerAsync(memory->data, memory->device, result + out_offset[i],
                                      device.ordinal, call_out_bytes[i], stream);
       } else {
@@ -1398,6 +1413,7 @@ absl::Status DevicePool::Execute(Device& device, Worker& worker, Task& task,
       }
       RETURN_IF_ERROR(CheckCallCopy(copied, "output", &(*results)[i]));
     }
+    RETURN_IF_ERROR(LaunchSliceCopies(scattered, stream));
   }
   if (!output_in_place) CUDA_RETURN_IF_ERROR(cudaEventRecord(worker.events[3].get(), stream));
   CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
