@@ -15,7 +15,10 @@
 // pointers seen only once (one-off in-place regions) never cost a capture.
 // Bounded: `max_entries` per worker, least recently used out, and at most
 // `max_variants` pointer variants per graph and input shape (a further
-// variant takes the least recently used one to update in place).
+// variant takes the least recently used one to update in place, but only
+// once that one has not run for `variant_idle`: a client cycling through
+// more CUDA regions than that would otherwise recapture on every request,
+// which costs more than the plain launches it runs instead).
 //
 // No CUDA here: `Value` owns the executable graphs (tests use a fake).
 // Thread-safe: the worker looks up and inserts; unloading a graph erases
@@ -37,6 +40,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "engine/tensor.h"
 
 namespace convserve {
@@ -74,6 +79,9 @@ struct CudaGraphCacheOptions {
   int max_variants = 4;
   // Keys remembered as run once (captured when they run again).
   int max_seen = 256;
+  // How long the least recently used variant of a full graph and shape
+  // must have gone unused before a new variant may take it.
+  absl::Duration variant_idle = absl::Seconds(1);
 };
 
 struct CudaGraphStats {
@@ -127,18 +135,26 @@ class CudaGraphCache {
       return nullptr;
     }
     lru_.splice(lru_.begin(), lru_, it->second);
+    entry.used = absl::Now();
     ++stats_.replays;
     return entry.value;
   }
 
   // After Find missed: whether to capture `key` now. False the first time
-  // the key runs (it is remembered) and for graphs and shapes that failed
-  // to capture on this worker.
+  // the key runs (it is remembered), for graphs and shapes that failed to
+  // capture on this worker, and while the key's graph and shape hold
+  // `max_variants` variants that all ran within `variant_idle` (the key
+  // stays remembered).
   bool ShouldCapture(const CudaGraphKey& key) {
     absl::MutexLock lock(&mu_);
     if (uncapturable_.contains(key.Topology())) return false;
     auto seen = seen_index_.find(key);
     if (seen != seen_index_.end()) {
+      const auto oldest = OldestVariantLocked(key);
+      if (oldest.first >= options_.max_variants &&
+          absl::Now() - oldest.second->used < options_.variant_idle) {
+        return false;
+      }
       seen_.erase(seen->second);
       seen_index_.erase(seen);
       return true;
@@ -157,15 +173,7 @@ class CudaGraphCache {
   // update in place (and Insert under `key`) or to drop. Else null.
   std::shared_ptr<Value> TakeVariant(const CudaGraphKey& key) {
     absl::MutexLock lock(&mu_);
-    const std::string topology = key.Topology();
-    int variants = 0;
-    auto oldest = lru_.end();
-    for (auto it = lru_.begin(); it != lru_.end(); ++it) {
-      if (it->key.graph_id == key.graph_id && it->key.input_shape == key.input_shape) {
-        ++variants;
-        oldest = it;
-      }
-    }
+    const auto [variants, oldest] = OldestVariantLocked(key);
     if (variants < options_.max_variants || oldest == lru_.end()) return nullptr;
     std::shared_ptr<Value> value = oldest->value;
     ++stats_.evictions;
@@ -187,6 +195,7 @@ class CudaGraphCache {
     Entry entry;
     entry.key = key;
     entry.value = std::move(value);
+    entry.used = absl::Now();
     for (const auto& dependency : dependencies) entry.dependencies.push_back(dependency);
     lru_.push_front(std::move(entry));
     entries_[key] = lru_.begin();
@@ -268,6 +277,8 @@ class CudaGraphCache {
     CudaGraphKey key;
     std::shared_ptr<Value> value;
     std::vector<std::weak_ptr<const void>> dependencies;
+    // When it was captured or last replayed.
+    absl::Time used;
   };
   using Lru = std::list<Entry>;
   using EntryMap = absl::flat_hash_map<CudaGraphKey, typename Lru::iterator>;
@@ -282,6 +293,21 @@ class CudaGraphCache {
       if (held.owner_before(dependencies[i]) || dependencies[i].owner_before(held)) return false;
     }
     return true;
+  }
+
+  // How many entries `key`'s graph and shape hold, and the least recently
+  // used of them (lru_.end() when none).
+  std::pair<int, typename Lru::iterator> OldestVariantLocked(const CudaGraphKey& key)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    int variants = 0;
+    auto oldest = lru_.end();
+    for (auto it = lru_.begin(); it != lru_.end(); ++it) {
+      if (it->key.graph_id == key.graph_id && it->key.input_shape == key.input_shape) {
+        ++variants;
+        oldest = it;
+      }
+    }
+    return {variants, oldest};
   }
 
   void RemoveLocked(typename EntryMap::iterator it, std::vector<std::shared_ptr<Value>>* dropped)

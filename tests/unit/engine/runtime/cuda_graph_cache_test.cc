@@ -214,6 +214,44 @@ TEST(CudaGraphCacheTest, PointerVariantsBeyondTheBoundReuseTheOldest) {
   EXPECT_EQ(live, 2);
 }
 
+TEST(CudaGraphCacheTest, NewVariantWaitsUntilAnOldOneIdles) {
+  // A client cycling through more regions than max_variants: while every
+  // variant keeps running, a new pointer pair runs plain instead of taking
+  // one (which would recapture on every request).
+  CudaGraphCacheOptions options;
+  options.max_variants = 2;
+  options.variant_idle = absl::Milliseconds(50);
+  std::atomic<int> live{0};
+  Dependencies deps;
+  Cache cache(options);
+  const CudaGraphKey a = Key("g", &in_buffer[0], &out_buffer[0]);
+  const CudaGraphKey b = Key("g", &in_buffer[1], &out_buffer[1]);
+  const CudaGraphKey c = Key("g", &in_buffer[2], &out_buffer[2]);
+  const CudaGraphKey other_shape = Key("g", &in_buffer[2], &out_buffer[2], {2, 8, 16, 16});
+  cache.Insert(a, deps.Get(), std::make_shared<FakeExec>(1, &live), false);
+  cache.Insert(b, deps.Get(), std::make_shared<FakeExec>(2, &live), false);
+  EXPECT_FALSE(cache.ShouldCapture(c)) << "first run";
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_FALSE(cache.ShouldCapture(c)) << "both variants ran just now";
+  }
+  EXPECT_FALSE(cache.ShouldCapture(other_shape));
+  EXPECT_TRUE(cache.ShouldCapture(other_shape)) << "another shape has room";
+  // b idles past variant_idle while a keeps running: c may take b.
+  const absl::Time idle_from = absl::Now();
+  while (absl::Now() - idle_from < options.variant_idle + absl::Milliseconds(10)) {
+    ASSERT_NE(cache.Find(a, deps.Get()), nullptr);
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  EXPECT_TRUE(cache.ShouldCapture(c)) << "b has not run for longer than variant_idle";
+  std::shared_ptr<FakeExec> taken = cache.TakeVariant(c);
+  ASSERT_NE(taken, nullptr);
+  EXPECT_EQ(taken->id, 2);
+  cache.Insert(c, deps.Get(), std::move(taken), true);
+  EXPECT_NE(cache.Find(a, deps.Get()), nullptr);
+  EXPECT_NE(cache.Find(c, deps.Get()), nullptr);
+  EXPECT_EQ(live, 2);
+}
+
 TEST(CudaGraphCacheTest, UncapturableTopologyIsNeverCapturedAgain) {
   std::atomic<int> live{0};
   Dependencies deps;
