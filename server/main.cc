@@ -40,6 +40,9 @@ ABSL_FLAG(int, worker_spin_us, 500,
           "GPU backend: microseconds one worker per GPU keeps polling for the next request "
           "before it sleeps (saves a thread wake-up per request under steady traffic; costs a "
           "busy core per GPU while requests keep coming); 0: sleep at once");
+ABSL_FLAG(int, completion_threads, 0,
+          "GPU backend: threads that answer requests (the response, metrics and gRPC's write) "
+          "while a worker takes its next request or batch; 0: one per worker");
 ABSL_FLAG(std::string, engine_selection, "autotune",
           "cuDNN engine choice: autotune (time the top candidates of both paths once per "
           "shape, keep the fastest), heuristic (cuDNN mode A, fastest to build), "
@@ -228,6 +231,11 @@ int Run() {
     return 2;
   }
   backend_config.worker_spin = absl::Microseconds(absl::GetFlag(FLAGS_worker_spin_us));
+  if (absl::GetFlag(FLAGS_completion_threads) < 0) {
+    spdlog::critical("--completion_threads must be >= 0");
+    return 2;
+  }
+  backend_config.completion_threads = absl::GetFlag(FLAGS_completion_threads);
   backend_config.executor.threads = absl::GetFlag(FLAGS_request_threads);
   backend_config.executor.max_queued = absl::GetFlag(FLAGS_max_queued_requests);
   backend_config.engine_selection = absl::GetFlag(FLAGS_engine_selection);
