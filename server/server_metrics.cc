@@ -189,6 +189,12 @@ class ServerMetrics::RuntimeCollector : public prometheus::Collectable {
           "Captured CUDA graphs dropped because what they captured changed (unload, reload, plan "
           "eviction or rebuild, worker buffer growth).",
           MetricType::Counter, {Value({}, g.invalidations, true)}));
+      families.push_back(Family(
+          "convserve_cuda_graph_variant_waits_total",
+          "Requests run as plain launches because every pointer variant of their graph and "
+          "shape had run within the last second (a client cycling over more CUDA regions than "
+          "a worker keeps captured).",
+          MetricType::Counter, {Value({}, g.variant_waits, true)}));
       families.push_back(Family("convserve_cached_cuda_graphs",
                                 "Captured requests held by the workers.", MetricType::Gauge,
                                 {Value({}, g.entries, false)}));

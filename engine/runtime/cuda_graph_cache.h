@@ -99,6 +99,9 @@ struct CudaGraphStats {
   int64_t invalidations = 0;
   // Entries dropped to stay within the bounds.
   int64_t evictions = 0;
+  // Requests that ran plain launches, uncaptured, because every pointer
+  // variant of their graph and shape had run within `variant_idle`.
+  int64_t variant_waits = 0;
   // Entries held now.
   int64_t entries = 0;
 
@@ -109,6 +112,7 @@ struct CudaGraphStats {
     fallbacks += o.fallbacks;
     invalidations += o.invalidations;
     evictions += o.evictions;
+    variant_waits += o.variant_waits;
     entries += o.entries;
   }
 };
@@ -153,6 +157,7 @@ class CudaGraphCache {
       const auto oldest = OldestVariantLocked(key);
       if (oldest.first >= options_.max_variants &&
           absl::Now() - oldest.second->used < options_.variant_idle) {
+        ++stats_.variant_waits;
         return false;
       }
       seen_.erase(seen->second);

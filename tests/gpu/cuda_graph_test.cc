@@ -293,10 +293,11 @@ void CheckInPlacePointersThatChange(absl::Duration variant_idle) {
   }
   const CudaGraphStats stats = pool->cuda_graph_stats();
   std::printf("in-place, variant_idle %s: %d of 15 requests replayed; %lld captures (%lld "
-              "updates in place), %lld fallbacks\n",
+              "updates in place), %lld fallbacks, %lld variant waits\n",
               absl::FormatDuration(variant_idle).c_str(), replayed,
               static_cast<long long>(stats.captures),
-              static_cast<long long>(stats.updates), static_cast<long long>(stats.fallbacks));
+              static_cast<long long>(stats.updates), static_cast<long long>(stats.fallbacks),
+              static_cast<long long>(stats.variant_waits));
   if (stats.fallbacks == 0) {
     EXPECT_GT(replayed, 0);
     EXPECT_LE(stats.entries, 2);

@@ -34,6 +34,7 @@ GPU_ONLY = {
     "convserve_cuda_graph_captures_total", "convserve_cuda_graph_replays_total",
     "convserve_cuda_graph_capture_fallbacks_total",
     "convserve_cuda_graph_invalidations_total", "convserve_cached_cuda_graphs",
+    "convserve_cuda_graph_variant_waits_total",
 }
 
 # What the dashboard must show (issue 5): latency quantiles from the

@@ -234,8 +234,10 @@ TEST(CudaGraphCacheTest, NewVariantWaitsUntilAnOldOneIdles) {
   for (int i = 0; i < 3; ++i) {
     EXPECT_FALSE(cache.ShouldCapture(c)) << "both variants ran just now";
   }
+  EXPECT_EQ(cache.stats().variant_waits, 3) << "the first run is no wait";
   EXPECT_FALSE(cache.ShouldCapture(other_shape));
   EXPECT_TRUE(cache.ShouldCapture(other_shape)) << "another shape has room";
+  EXPECT_EQ(cache.stats().variant_waits, 3);
   // b idles past variant_idle while a keeps running: c may take b.
   const absl::Time idle_from = absl::Now();
   while (absl::Now() - idle_from < options.variant_idle + absl::Milliseconds(10)) {
