@@ -116,19 +116,28 @@ def per_gpu(path):
             counts[gpu] = counts.get(gpu, 0) + float(m.group(2))
     return counts
 
-def busy(path, start, end):
-    """Mean nvidia-smi utilization per GPU between two times."""
-    samples = {}
-    for row in csv.reader(open(path)):
-        if len(row) != 3:
-            continue
-        try:
-            t = datetime.datetime.strptime(row[0].strip(), "%Y/%m/%d %H:%M:%S.%f").timestamp()
-        except ValueError:
-            continue
-        if start <= t <= end:
-            samples.setdefault(row[1].strip(), []).append(float(row[2]))
-    return {gpu: sum(v) / len(v) for gpu, v in samples.items()}
+def busy(path):
+    """Mean nvidia-smi utilization per GPU during the measured windows: from
+    the end of the warm-up (the sampler starts with the load) to the last
+    sample."""
+    samples = []  # (time, gpu, percent)
+    try:
+        for row in csv.reader(open(path)):
+            try:
+                t = datetime.datetime.strptime(row[0].strip(), "%Y/%m/%d %H:%M:%S.%f")
+                samples.append((t.timestamp(), row[1].strip(), float(row[2])))
+            except (IndexError, ValueError):
+                continue
+    except OSError:
+        return {}
+    if not samples:
+        return {}
+    start = samples[0][0] + warmup_s + 0.5
+    measured = {}
+    for t, gpu, percent in samples:
+        if t >= start:
+            measured.setdefault(gpu, []).append(percent)
+    return {gpu: sum(v) / len(v) for gpu, v in measured.items()}
 
 rows = []
 for line in open(f"{out}/runs.txt"):
@@ -138,16 +147,7 @@ for line in open(f"{out}/runs.txt"):
     after = per_gpu(f"{out}/metrics_{name}_after.txt")
     ran = {gpu: after[gpu] - before.get(gpu, 0) for gpu in sorted(after)}
     ran = {gpu: n for gpu, n in ran.items() if n > 0}
-    # The measured run's windows: from the end of the warm-up to the end of
-    # the load (the smi file's own first and last samples bound it).
-    utilization = {}
-    try:
-        times = [datetime.datetime.strptime(r[0].strip(), "%Y/%m/%d %H:%M:%S.%f").timestamp()
-                 for r in csv.reader(open(f"{out}/smi_{name}.txt")) if len(r) == 3]
-        if times:
-            utilization = busy(f"{out}/smi_{name}.txt", times[0] + warmup_s + 0.5, times[-1])
-    except OSError:
-        pass
+    utilization = busy(f"{out}/smi_{name}.txt")
     rows.append((name, transport, config, level, ran, utilization))
 
 print(f"graph {graph}, requests {shape}, concurrency {concurrency}, closed loop over KServe")
