@@ -5,24 +5,10 @@
 
 #include "engine/cudnn/bias_activation.h"
 #include "engine/cudnn/cudnn_status.h"
+#include "engine/cudnn/device_dtype.cuh"
 
 namespace convserve {
 namespace {
-
-__device__ inline float ToFloat(float v) { return v; }
-__device__ inline float ToFloat(__half v) { return __half2float(v); }
-__device__ inline float ToFloat(__nv_bfloat16 v) { return __bfloat162float(v); }
-
-template <typename T>
-__device__ inline T FromFloat(float v);
-template <>
-__device__ inline float FromFloat<float>(float v) { return v; }
-template <>
-__device__ inline __half FromFloat<__half>(float v) { return __float2half_rn(v); }
-template <>
-__device__ inline __nv_bfloat16 FromFloat<__nv_bfloat16>(float v) {
-  return __float2bfloat16_rn(v);
-}
 
 // Each thread handles kVector consecutive elements through one 16-byte load
 // and store; `vector_count` = total / kVector, and the tail (total %
