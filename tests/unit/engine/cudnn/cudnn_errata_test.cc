@@ -6,6 +6,7 @@
 #include <string>
 
 #include "gtest/gtest.h"
+#include "tests/test_util/config_id.h"
 
 namespace convserve {
 namespace {
@@ -25,17 +26,11 @@ ConvLayerProblem DilatedFloat32() {
   return p;
 }
 
-EngineConfigId Id(const std::string& text) {
-  absl::StatusOr<EngineConfigId> id = EngineConfigId::Parse(text);
-  EXPECT_TRUE(id.ok()) << id.status();
-  return id.ok() ? *id : EngineConfigId();
-}
-
 TEST(EngineConfigIdTest, RoundTrips) {
   for (const char* text : {"fused:e0:", "unfused:e71:", "unfused_rounding:e46:k2=4,k5=2,k14=3"}) {
-    EXPECT_EQ(Id(text).ToString(), text);
+    EXPECT_EQ(ConfigId(text).ToString(), text);
   }
-  EXPECT_EQ(Id("unfused:e46:k2=4,k14=3").knobs.size(), 2u);
+  EXPECT_EQ(ConfigId("unfused:e46:k2=4,k14=3").knobs.size(), 2u);
 }
 
 TEST(EngineConfigIdTest, MalformedIdsAreRefused) {
@@ -54,17 +49,17 @@ TEST(CudnnErrataTest, ShippedListSkipsEngine71OnStridedChannelsFirstConvsOfCudnn
   absl::StatusOr<std::shared_ptr<const CudnnErrata>> errata = CudnnErrata::Create("");
   ASSERT_TRUE(errata.ok()) << errata.status();
   const ConvLayerProblem strided = DilatedFloat32();  // stride 1,2: the fault seen
-  const ErrataRule* rule = (*errata)->Find(91400, 90, strided, Id("unfused:e71:"));
+  const ErrataRule* rule = (*errata)->Find(91400, 90, strided, ConfigId("unfused:e71:"));
   ASSERT_NE(rule, nullptr);
   EXPECT_EQ(rule->name, "cudnn914-e71-strided-cf");
-  EXPECT_EQ((*errata)->Find(91400, 90, strided, Id("unfused:e70:k2=12,k18=0")), nullptr);
+  EXPECT_EQ((*errata)->Find(91400, 90, strided, ConfigId("unfused:e70:k2=12,k18=0")), nullptr);
   ConvLayerProblem unit_stride = strided;
   unit_stride.stride = {1, 1};
   unit_stride.output = {1, 48, 13, 9};
-  EXPECT_EQ((*errata)->Find(91400, 90, unit_stride, Id("unfused:e71:")), nullptr);
+  EXPECT_EQ((*errata)->Find(91400, 90, unit_stride, ConfigId("unfused:e71:")), nullptr);
   ConvLayerProblem channels_last = strided;
   channels_last.channels_last = true;
-  EXPECT_EQ((*errata)->Find(91400, 90, channels_last, Id("unfused:e71:")), nullptr);
+  EXPECT_EQ((*errata)->Find(91400, 90, channels_last, ConfigId("unfused:e71:")), nullptr);
 }
 
 TEST(CudnnErrataTest, RuleMatchesOnEveryCondition) {
@@ -80,18 +75,18 @@ TEST(CudnnErrataTest, RuleMatchesOnEveryCondition) {
   EXPECT_EQ(rule.name, "e71-dilated");
   EXPECT_EQ(rule.reason, "misaligned 16-byte stores");
   const ConvLayerProblem p = DilatedFloat32();
-  EXPECT_TRUE(rule.Matches(91400, 90, p, Id("unfused:e71:")));
-  EXPECT_FALSE(rule.Matches(91500, 90, p, Id("unfused:e71:"))) << "newer cuDNN";
-  EXPECT_FALSE(rule.Matches(91400, 75, p, Id("unfused:e71:"))) << "older GPU";
-  EXPECT_FALSE(rule.Matches(91400, 90, p, Id("unfused:e70:"))) << "another engine";
-  EXPECT_FALSE(rule.Matches(91400, 90, p, Id("fused:e71:"))) << "another path";
+  EXPECT_TRUE(rule.Matches(91400, 90, p, ConfigId("unfused:e71:")));
+  EXPECT_FALSE(rule.Matches(91500, 90, p, ConfigId("unfused:e71:"))) << "newer cuDNN";
+  EXPECT_FALSE(rule.Matches(91400, 75, p, ConfigId("unfused:e71:"))) << "older GPU";
+  EXPECT_FALSE(rule.Matches(91400, 90, p, ConfigId("unfused:e70:"))) << "another engine";
+  EXPECT_FALSE(rule.Matches(91400, 90, p, ConfigId("fused:e71:"))) << "another path";
   ConvLayerProblem plain = p;
   plain.dilation = {1, 1};
   plain.output = {1, 48, 19, 6};
-  EXPECT_FALSE(rule.Matches(91400, 90, plain, Id("unfused:e71:"))) << "not dilated";
+  EXPECT_FALSE(rule.Matches(91400, 90, plain, ConfigId("unfused:e71:"))) << "not dilated";
   ConvLayerProblem half = p;
   half.dtype = DType::kFloat16;
-  EXPECT_FALSE(rule.Matches(91400, 90, half, Id("unfused:e71:"))) << "another dtype";
+  EXPECT_FALSE(rule.Matches(91400, 90, half, ConfigId("unfused:e71:"))) << "another dtype";
 }
 
 TEST(CudnnErrataTest, KnobsMustAllBePresent) {
@@ -100,12 +95,13 @@ TEST(CudnnErrataTest, KnobsMustAllBePresent) {
   ASSERT_TRUE(rules.ok()) << rules.status();
   const ErrataRule& rule = (*rules)[0];
   const ConvLayerProblem p = DilatedFloat32();
-  EXPECT_TRUE(rule.Matches(91400, 90, p, Id("unfused:e46:k2=4,k5=2,k14=3")));
-  EXPECT_FALSE(rule.Matches(91400, 90, p, Id("unfused:e46:k2=4,k5=2,k14=2")));
-  EXPECT_FALSE(rule.Matches(91400, 90, p, Id("unfused:e46:")));
+  EXPECT_TRUE(rule.Matches(91400, 90, p, ConfigId("unfused:e46:k2=4,k5=2,k14=3")));
+  EXPECT_FALSE(rule.Matches(91400, 90, p, ConfigId("unfused:e46:k2=4,k5=2,k14=2")));
+  EXPECT_FALSE(rule.Matches(91400, 90, p, ConfigId("unfused:e46:")));
   ConvLayerProblem narrow = p;
   narrow.weights[0] = narrow.output[1] = 8;
-  EXPECT_FALSE(rule.Matches(91400, 90, narrow, Id("unfused:e46:k2=4,k5=2,k14=3"))) << "k < 16";
+  EXPECT_FALSE(rule.Matches(91400, 90, narrow, ConfigId("unfused:e46:k2=4,k5=2,k14=3")))
+      << "k < 16";
 }
 
 TEST(CudnnErrataTest, MalformedRulesNameTheLine) {

@@ -16,6 +16,7 @@
 #include "engine/cudnn/cudnn_errata.h"
 #include "engine/runtime/prober_protocol.h"
 #include "gtest/gtest.h"
+#include "tests/test_util/config_id.h"
 
 namespace convserve {
 namespace {
@@ -36,12 +37,6 @@ ConvLayerProblem Problem() {
   return p;
 }
 
-EngineConfigId Id(const std::string& text) {
-  absl::StatusOr<EngineConfigId> id = EngineConfigId::Parse(text);
-  EXPECT_TRUE(id.ok()) << id.status();
-  return id.ok() ? *id : EngineConfigId();
-}
-
 CudnnTarget H100() {
   CudnnTarget target;
   target.cudnn_version = 91400;
@@ -52,7 +47,8 @@ CudnnTarget H100() {
 
 EngineChoice Choice() {
   EngineChoice choice;
-  choice.ranked = {Id("fused:e12:k2=21,k14=3"), Id("unfused:e46:"), Id("fused:e0:")};
+  choice.ranked = {ConfigId("fused:e12:k2=21,k14=3"), ConfigId("unfused:e46:"),
+                   ConfigId("fused:e0:")};
   choice.best_ms = 0.0125f;
   return choice;
 }
