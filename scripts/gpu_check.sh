@@ -37,6 +37,7 @@ if [[ " $steps " == *" tests "* ]]; then
   sed -n '/^policy /,/^$/p' "$out/cudnn_backend_test.log"
   summary+=("cudnn_backend_test rc=$rc $(grep -E '^\[  PASSED  \]|FAILED TEST' "$out/cudnn_backend_test.log" | tr '\n' ' ')")
   gtest gpu_server_test 120 "relative L2"
+  gtest direct_conv_gpu_test 300 "^direct depthwise|winner"
 fi
 
 if [[ " $steps " == *" graphs "* ]]; then

@@ -71,6 +71,7 @@ absl::StatusOr<RunnerChoice> MakeGpu(const BackendConfig& config) {
   ASSIGN_OR_RETURN(options.selection.search, ParseEngineSearch(config.engine_selection));
   options.selection.deterministic_only = config.deterministic;
   options.selection.strict_float32 = config.strict_float32;
+  options.selection.direct_kernels = config.direct_kernels;
   options.selection.max_workspace_bytes = config.max_workspace_bytes;
   options.selection.autotune_candidates = config.autotune_candidates;
   if (!config.engine_blocklist.empty()) {

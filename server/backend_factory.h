@@ -35,6 +35,8 @@ struct BackendConfig {
   bool deterministic = false;
   // float32 graphs: no TF32 or down-converting engines.
   bool strict_float32 = false;
+  // Race convserve's own kernels against cuDNN's (EngineSelection).
+  bool direct_kernels = true;
   // Largest cuDNN workspace per layer.
   int64_t max_workspace_bytes = int64_t{256} << 20;
   // File of cuDNN engine indices never to use; empty for none.

@@ -48,6 +48,10 @@ ABSL_FLAG(std::string, engine_selection, "autotune",
           "shape, keep the fastest), heuristic (cuDNN mode A, fastest to build), "
           "heuristic_b or fallback");
 ABSL_FLAG(bool, deterministic, false, "use only deterministic cuDNN engines");
+ABSL_FLAG(bool, direct_kernels, true,
+          "autotune also races convserve's own kernels (today: depthwise convolutions) "
+          "against cuDNN's engines; heuristic policies use them only where no cuDNN engine "
+          "runs a layer");
 ABSL_FLAG(bool, strict_float32, false,
           "float32 graphs: no TF32 tensor-core or down-converting engines (slower, exact)");
 ABSL_FLAG(int64_t, max_workspace_bytes, int64_t{256} << 20, "largest cuDNN workspace per layer");
@@ -241,6 +245,7 @@ int Run() {
   backend_config.engine_selection = absl::GetFlag(FLAGS_engine_selection);
   backend_config.deterministic = absl::GetFlag(FLAGS_deterministic);
   backend_config.strict_float32 = absl::GetFlag(FLAGS_strict_float32);
+  backend_config.direct_kernels = absl::GetFlag(FLAGS_direct_kernels);
   backend_config.max_workspace_bytes = absl::GetFlag(FLAGS_max_workspace_bytes);
   backend_config.engine_blocklist = absl::GetFlag(FLAGS_engine_blocklist);
   backend_config.autotune_candidates = absl::GetFlag(FLAGS_autotune_candidates);

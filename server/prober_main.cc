@@ -39,6 +39,7 @@ ABSL_FLAG(int, device, 0, "CUDA device ordinal");
 ABSL_FLAG(std::string, engine_selection, "autotune", "heuristic, heuristic_b, fallback or autotune");
 ABSL_FLAG(bool, deterministic, false, "deterministic engines only");
 ABSL_FLAG(bool, strict_float32, false, "no TF32 or down-converting engines for float32");
+ABSL_FLAG(bool, direct_kernels, true, "also race convserve's own kernels");
 ABSL_FLAG(int64_t, max_workspace_bytes, int64_t{256} << 20, "largest cuDNN workspace");
 ABSL_FLAG(int, autotune_candidates, 12, "autotune: candidates run per path");
 ABSL_FLAG(int, autotune_iterations, 5, "autotune: timed samples per candidate");
@@ -128,6 +129,7 @@ int Run() {
   selection.search = *search;
   selection.deterministic_only = absl::GetFlag(FLAGS_deterministic);
   selection.strict_float32 = absl::GetFlag(FLAGS_strict_float32);
+  selection.direct_kernels = absl::GetFlag(FLAGS_direct_kernels);
   selection.max_workspace_bytes = absl::GetFlag(FLAGS_max_workspace_bytes);
   selection.autotune_candidates = absl::GetFlag(FLAGS_autotune_candidates);
   selection.autotune_iterations = absl::GetFlag(FLAGS_autotune_iterations);

@@ -8,6 +8,7 @@
 #include "engine/cudnn/captured_layers.h"
 #include "engine/cudnn/cuda_resources.h"
 #include "engine/cudnn/cudnn_status.h"
+#include "engine/cudnn/direct_conv.h"
 #include "engine/cudnn/probe_buffers.h"
 #include "engine/status_macros.h"
 #include "spdlog/spdlog.h"
@@ -20,10 +21,16 @@ namespace {
 // sample resists clock and cache noise.
 constexpr int kRunsPerSample = 8;
 
-std::vector<LayerPath> PathsOf(const ConvLayerProblem& problem) {
-  if (!problem.needs_epilogue()) return {LayerPath::kFused};
-  if (problem.dtype == DType::kFloat32) return {LayerPath::kFused, LayerPath::kUnfused};
-  return {LayerPath::kFused, LayerPath::kUnfused, LayerPath::kUnfusedRounding};
+// cuDNN's paths first: heuristic policies keep the first path that runs, so
+// they take our kernels only where no cuDNN engine runs the layer.
+std::vector<LayerPath> PathsOf(const ConvLayerProblem& problem, const EngineSelection& selection) {
+  std::vector<LayerPath> paths = {LayerPath::kFused};
+  if (problem.needs_epilogue()) paths.push_back(LayerPath::kUnfused);
+  if (problem.needs_epilogue() && problem.dtype != DType::kFloat32) {
+    paths.push_back(LayerPath::kUnfusedRounding);
+  }
+  if (selection.direct_kernels && DirectPathApplies(problem)) paths.push_back(LayerPath::kDirect);
+  return paths;
 }
 
 class CandidateRunner {
@@ -150,13 +157,14 @@ absl::StatusOr<SearchReport> SearchEngines(ConvLayerPlanner& planner, cudaStream
   report.timed = autotune;
   std::optional<ConvLayerPlan> winner;
   bool first_path = true;
-  for (LayerPath path : PathsOf(problem)) {
+  for (LayerPath path : PathsOf(problem, planner.selection())) {
     const bool have_winner = winner.has_value();
     const bool rounding = path == LayerPath::kUnfusedRounding;
     // Heuristic policies stop at the first path that runs; the rounding
     // path is for convs no engine runs with a float32 output, and under
     // autotune for float16 convs much faster that way (engine_selection.h).
-    if (have_winner && (!autotune || !AutotuneAlsoTries(problem, path))) break;
+    if (have_winner && !autotune) break;
+    if (have_winner && !AutotuneAlsoTries(problem, path)) continue;
     // A race against a winner that rounds once: half the candidates.
     const int path_max_run = rounding && have_winner ? std::max(max_run / 2, 1) : max_run;
     absl::StatusOr<CandidateSet> set = planner.Candidates(problem, path);
@@ -197,7 +205,7 @@ absl::StatusOr<SearchReport> SearchEngines(ConvLayerPlanner& planner, cudaStream
     }
   }
   if (!winner.has_value()) {
-    return absl::UnimplementedError(absl::StrCat("no cuDNN engine runs layer ", problem.Describe(),
+    return absl::UnimplementedError(absl::StrCat("no engine runs layer ", problem.Describe(),
                                                  " under the selection policy: ",
                                                  report.Summary()));
   }

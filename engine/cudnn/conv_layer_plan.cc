@@ -5,6 +5,8 @@
 #include "absl/strings/str_cat.h"
 #include "engine/cudnn/bias_activation.h"
 #include "engine/cudnn/cudnn_status.h"
+#include "engine/cudnn/direct_conv.h"
+#include "engine/cudnn/direct_conv_kernel.h"
 #include "engine/status_macros.h"
 
 namespace convserve {
@@ -34,21 +36,41 @@ absl::StatusOr<BackendDescriptor> MakeVariantPack(const ConvLayerPlan& plan,
   return pack;
 }
 
+DirectConvBuffers DirectBuffers(const ConvLayerBuffers& buffers) {
+  DirectConvBuffers direct;
+  direct.x = buffers.x;
+  direct.w = buffers.w;
+  direct.bias = buffers.bias;
+  direct.y = buffers.y;
+  return direct;
+}
+
 }  // namespace
 
 absl::Status ConvLayerPlan::Bind(const ConvLayerProblem& problem,
                                  const ConvLayerBuffers& buffers) {
+  bound_ = false;
+  if (path() == LayerPath::kDirect) {
+    RETURN_IF_ERROR(CheckDirectConv(problem, id_, DirectBuffers(buffers)));
+    bound_buffers_ = buffers;
+    bound_ = true;
+    return absl::OkStatus();
+  }
   void* conv_output = scratch_bytes_ > 0
                           ? static_cast<char*>(buffers.workspace) + scratch_offset_
                           : buffers.y;
   ASSIGN_OR_RETURN(bound_pack_, MakeVariantPack(*this, problem, buffers, conv_output));
   bound_buffers_ = buffers;
+  bound_ = true;
   return absl::OkStatus();
 }
 
 absl::Status ConvLayerPlan::RunBound(cudnnHandle_t handle, cudaStream_t stream,
                                      const ConvLayerProblem& problem) const {
-  if (bound_pack_.get() == nullptr) return absl::InternalError("layer plan was never bound");
+  if (!bound_) return absl::InternalError("layer plan was never bound");
+  if (path() == LayerPath::kDirect) {
+    return LaunchDirectConv(problem, id_, DirectBuffers(bound_buffers_), stream);
+  }
   CUDNN_RETURN_IF_ERROR(cudnnBackendExecute(handle, plan_.get(), bound_pack_.get()));
   if (path() == LayerPath::kFused || !problem.needs_epilogue()) return absl::OkStatus();
   BiasActivationArgs args;
@@ -68,7 +90,23 @@ absl::Status ConvLayerPlan::RunBound(cudnnHandle_t handle, cudaStream_t stream,
 
 absl::StatusOr<CandidateSet> ConvLayerPlanner::Candidates(const ConvLayerProblem& problem,
                                                           LayerPath path) {
-  return FindEngineCandidates(handle_, problem, path, selection_, target_);
+  if (path != LayerPath::kDirect) {
+    return FindEngineCandidates(handle_, problem, path, selection_, target_);
+  }
+  if (std::string why = DirectConvRejection(problem); !why.empty()) {
+    return absl::UnimplementedError(why);
+  }
+  CandidateSet set;
+  for (EngineConfigId& id : DirectConvConfigs(problem)) {
+    if (std::string why = ConfigRejection(selection_, target_, problem, id); !why.empty()) {
+      set.skipped.push_back(absl::StrCat(id.ToString(), ": ", why));
+      continue;
+    }
+    EngineCandidate candidate;
+    candidate.id = std::move(id);
+    set.candidates.push_back(std::move(candidate));
+  }
+  return set;
 }
 
 absl::StatusOr<ConvLayerPlan> ConvLayerPlanner::Finalize(const ConvLayerProblem& problem,
@@ -78,6 +116,16 @@ absl::StatusOr<ConvLayerPlan> ConvLayerPlanner::Finalize(const ConvLayerProblem&
 
 absl::StatusOr<ConvLayerPlan> ConvLayerPlanner::BuildConfig(const ConvLayerProblem& problem,
                                                             const EngineConfigId& id) {
+  if (id.path == LayerPath::kDirect) {
+    if (std::string why = DirectConfigRejection(problem, id); !why.empty()) {
+      return absl::NotFoundError(absl::StrCat("engine config ", id.ToString(),
+                                              " cannot be built for ", problem.Describe(), ": ",
+                                              why));
+    }
+    EngineCandidate candidate;
+    candidate.id = id;
+    return FinalizeCandidate(problem, nullptr, std::move(candidate));
+  }
   ASSIGN_OR_RETURN(std::shared_ptr<const ConvOperationGraph> graph,
                    BuildConvOperationGraph(handle_, problem, id.path));
   absl::StatusOr<EngineCandidate> candidate = RebuildEngineCandidate(*graph, id);
@@ -94,6 +142,10 @@ absl::StatusOr<ConvLayerPlan> ConvLayerPlanner::FinalizeCandidate(
     EngineCandidate candidate) {
   ConvLayerPlan plan;
   plan.id_ = candidate.id;
+  if (plan.path() == LayerPath::kDirect) {
+    plan.candidate_ = std::move(candidate);
+    return plan;
+  }
   ASSIGN_OR_RETURN(plan.plan_, BackendDescriptor::Create(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR));
   RETURN_IF_ERROR(plan.plan_.Set(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle_));
   RETURN_IF_ERROR(

@@ -55,12 +55,12 @@ class ConvLayerPlan {
   // move), so running does not rebuild cuDNN's variant pack each time.
   absl::Status Bind(const ConvLayerProblem& problem, const ConvLayerBuffers& buffers);
   bool IsBoundTo(const ConvLayerBuffers& buffers) const {
-    return bound_pack_.get() != nullptr && bound_buffers_.x == buffers.x &&
+    return bound_ && bound_buffers_.x == buffers.x &&
            bound_buffers_.w == buffers.w && bound_buffers_.bias == buffers.bias &&
            bound_buffers_.y == buffers.y && bound_buffers_.workspace == buffers.workspace;
   }
   // Runs the layer on `stream` (the handle's): the plan, then the epilogue
-  // kernel on the unfused paths.
+  // kernel on the unfused paths; on the direct path, our kernel alone.
   absl::Status RunBound(cudnnHandle_t handle, cudaStream_t stream,
                         const ConvLayerProblem& problem) const;
 
@@ -73,11 +73,13 @@ class ConvLayerPlan {
   int64_t scratch_offset_ = 0;
   int64_t scratch_bytes_ = 0;
   float measured_ms_ = 0;
-  // The operation graph and config descriptors the plan refers to.
+  // The operation graph and config descriptors the plan refers to (none on
+  // the direct path).
   std::shared_ptr<const ConvOperationGraph> graph_;
   EngineCandidate candidate_;
   BackendDescriptor plan_;
   BackendDescriptor bound_pack_;
+  bool bound_ = false;
   ConvLayerBuffers bound_buffers_;
 };
 
@@ -91,7 +93,8 @@ class ConvLayerPlanner {
   // The candidates of `path`, best first, after the selection's filters and
   // the errata.
   absl::StatusOr<CandidateSet> Candidates(const ConvLayerProblem& problem, LayerPath path);
-  // A plan from one of `set`'s candidates (taken out of the set).
+  // A plan from one of `set`'s candidates (taken out of the set). On the
+  // direct path the set holds our configurations and no cuDNN descriptors.
   // RESOURCE_EXHAUSTED when it needs more workspace than the selection
   // allows; cuDNN's error when it does not finalize.
   absl::StatusOr<ConvLayerPlan> Finalize(const ConvLayerProblem& problem, CandidateSet& set,

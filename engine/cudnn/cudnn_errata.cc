@@ -81,7 +81,7 @@ absl::Status ParseCondition(absl::string_view key, absl::string_view value, Erra
     if (ok) rule->knobs = id->knobs;
   } else if (key == "path") {
     ok = false;
-    for (LayerPath path : {LayerPath::kFused, LayerPath::kUnfused, LayerPath::kUnfusedRounding}) {
+    for (LayerPath path : kLayerPaths) {
       if (value == LayerPathName(path)) {
         rule->path = path;
         ok = true;
@@ -136,6 +136,9 @@ bool ErrataRule::Matches(int cudnn_version, int cc, const ConvLayerProblem& p,
     if (std::find(id.knobs.begin(), id.knobs.end(), knob) == id.knobs.end()) return false;
   }
   if (path.has_value() && *path != id.path) return false;
+  // A rule that names no path is about cuDNN's engines, whose numbers the
+  // direct path's do not share.
+  if (!path.has_value() && id.path == LayerPath::kDirect) return false;
   if (dtype.has_value() && *dtype != p.dtype) return false;
   if (channels_last.has_value() && *channels_last != p.channels_last) return false;
   if (spatial_rank.has_value() && *spatial_rank != static_cast<int64_t>(p.stride.size())) {

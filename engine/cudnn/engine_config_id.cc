@@ -17,6 +17,8 @@ const char* LayerPathName(LayerPath path) {
       return "unfused";
     case LayerPath::kUnfusedRounding:
       return "unfused_rounding";
+    case LayerPath::kDirect:
+      return "direct";
   }
   return "unknown";
 }
@@ -32,13 +34,13 @@ absl::StatusOr<EngineConfigId> EngineConfigId::Parse(absl::string_view text) {
   const auto invalid = [&] {
     return absl::InvalidArgumentError(absl::StrCat(
         "engine config '", text,
-        "' is not of the form fused|unfused|unfused_rounding:e<index>:k<type>=<value>,..."));
+        "' is not of the form fused|unfused|unfused_rounding|direct:e<index>:k<type>=<value>,..."));
   };
   std::vector<absl::string_view> parts = absl::StrSplit(text, ':');
   if (parts.size() != 3) return invalid();
   EngineConfigId id;
   bool known = false;
-  for (LayerPath path : {LayerPath::kFused, LayerPath::kUnfused, LayerPath::kUnfusedRounding}) {
+  for (LayerPath path : kLayerPaths) {
     if (parts[0] == LayerPathName(path)) {
       id.path = path;
       known = true;

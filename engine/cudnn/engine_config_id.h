@@ -27,17 +27,24 @@ enum class LayerPath {
   // writes Y in the graph dtype and our kernel finishes it in place, so the
   // conv result is rounded before the bias is added (a second rounding).
   kUnfusedRounding,
+  // convserve's own kernel (engine/cudnn/direct_conv.h) does conv, bias and
+  // activation, rounding once; no cuDNN plan. Engine and knob numbers are
+  // ours on this path.
+  kDirect,
 };
+inline constexpr LayerPath kLayerPaths[] = {LayerPath::kFused, LayerPath::kUnfused,
+                                            LayerPath::kUnfusedRounding, LayerPath::kDirect};
 const char* LayerPathName(LayerPath path);
 
 struct EngineConfigId {
   LayerPath path = LayerPath::kFused;
-  // cuDNN's CUDNN_ATTR_ENGINE_GLOBAL_INDEX.
+  // cuDNN's CUDNN_ATTR_ENGINE_GLOBAL_INDEX (on kDirect, ours).
   int64_t engine = -1;
-  // (cudnnBackendKnobType_t, value), sorted by knob type.
+  // (cudnnBackendKnobType_t, value), sorted by knob type (on kDirect, ours).
   std::vector<std::pair<int64_t, int64_t>> knobs;
 
-  // "fused:e12:k2=21,k14=3" (path: fused, unfused or unfused_rounding) ("...:e12:" with no knobs). No spaces.
+  // "fused:e12:k2=21,k14=3" (path: fused, unfused, unfused_rounding or
+  // direct) ("...:e12:" with no knobs). No spaces.
   std::string ToString() const;
   // INVALID_ARGUMENT when `text` is not what ToString writes.
   static absl::StatusOr<EngineConfigId> Parse(absl::string_view text);

@@ -14,7 +14,12 @@ std::string CudnnTarget::Key() const {
 
 std::string ConfigRejection(const EngineSelection& selection, const CudnnTarget& target,
                             const ConvLayerProblem& problem, const EngineConfigId& id) {
-  if (selection.blocklist.contains(id.engine)) return "blocklisted (--engine_blocklist)";
+  if (id.path == LayerPath::kDirect && !selection.direct_kernels) {
+    return "convserve's own kernels are off (--direct_kernels=false)";
+  }
+  if (id.path != LayerPath::kDirect && selection.blocklist.contains(id.engine)) {
+    return "blocklisted (--engine_blocklist)";
+  }
   if (selection.errata != nullptr) {
     const ErrataRule* rule =
         selection.errata->Find(target.cudnn_version, target.compute_capability, problem, id);

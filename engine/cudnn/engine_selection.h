@@ -27,9 +27,12 @@ struct EngineSelection {
   bool deterministic_only = false;
   // float32 graphs only: skip tensor-core (TF32) and down-converting engines.
   bool strict_float32 = false;
+  // Also race convserve's own kernels (the direct path, direct_conv.h)
+  // where one exists for the layer.
+  bool direct_kernels = true;
   // Skip plans needing more workspace than this.
   int64_t max_workspace_bytes = int64_t{256} << 20;
-  // Engine global indices never used (an operator's blunt override).
+  // cuDNN engine global indices never used (an operator's blunt override).
   absl::flat_hash_set<int64_t> blocklist;
   // Known-bad engine configurations, skipped before they run. Null means the
   // shipped list: the GPU backends load it when they are created.
@@ -54,7 +57,7 @@ struct CudnnTarget {
 };
 
 // Why configuration `id` may not run `problem` under the filters that need no
-// cuDNN call (the blocklist and the errata), or "" when it may. The engine
+// cuDNN call (the blocklist, the errata, direct_kernels), or "" when it may. The engine
 // candidate filter and stored engine choices both apply it.
 std::string ConfigRejection(const EngineSelection& selection, const CudnnTarget& target,
                             const ConvLayerProblem& problem, const EngineConfigId& id);

@@ -200,7 +200,8 @@ absl::StatusOr<double> ElapsedSeconds(const CudaEvent& from, const CudaEvent& to
 
 std::string PolicyName(const EngineSelection& s) {
   return absl::StrCat(EngineSearchName(s.search), s.deterministic_only ? "/deterministic" : "",
-                      s.strict_float32 ? "/strict" : "/tf32", "/ws", s.max_workspace_bytes,
+                      s.strict_float32 ? "/strict" : "/tf32", s.direct_kernels ? "/direct" : "",
+                      "/ws", s.max_workspace_bytes,
                       s.search == EngineSearch::kAutotune
                           ? absl::StrCat("/n", s.autotune_candidates)
                           : "",

@@ -20,6 +20,7 @@ std::vector<std::string> ProberArguments(const ProberLaunch& launch) {
       absl::StrCat("--engine_selection=", EngineSearchName(s.search)),
       absl::StrCat("--deterministic=", s.deterministic_only ? "true" : "false"),
       absl::StrCat("--strict_float32=", s.strict_float32 ? "true" : "false"),
+      absl::StrCat("--direct_kernels=", s.direct_kernels ? "true" : "false"),
       absl::StrCat("--max_workspace_bytes=", s.max_workspace_bytes),
       absl::StrCat("--autotune_candidates=", s.autotune_candidates),
       absl::StrCat("--autotune_iterations=", s.autotune_iterations),

@@ -206,7 +206,8 @@ struct Totals {
   int passed = 0;
   int failed = 0;
   int fused_layers = 0;
-  int unfused_layers = 0;
+  int unfused_layers = 0;  // either unfused path
+  int direct_layers = 0;
   double max_error = 0;
 };
 std::map<std::string, Totals>& TotalsByPolicyAndDtype() {
@@ -218,13 +219,13 @@ class SummaryPrinter : public ::testing::Environment {
  public:
   void TearDown() override {
     if (TotalsByPolicyAndDtype().empty()) return;
-    std::printf("\n%-18s %-9s %6s %6s %6s %8s %12s\n", "policy", "dtype", "pass", "fail",
-                "fused", "unfused", "max_rel_l2");
+    std::printf("\n%-18s %-9s %6s %6s %6s %8s %7s %12s\n", "policy", "dtype", "pass", "fail",
+                "fused", "unfused", "direct", "max_rel_l2");
     for (const auto& [key, t] : TotalsByPolicyAndDtype()) {
       const size_t split = key.find('/');
-      std::printf("%-18s %-9s %6d %6d %6d %8d %12.3e\n", key.substr(0, split).c_str(),
+      std::printf("%-18s %-9s %6d %6d %6d %8d %7d %12.3e\n", key.substr(0, split).c_str(),
                   key.substr(split + 1).c_str(), t.passed, t.failed, t.fused_layers,
-                  t.unfused_layers, t.max_error);
+                  t.unfused_layers, t.direct_layers, t.max_error);
     }
   }
 };
@@ -306,7 +307,9 @@ TEST_P(CudnnBackendTest, MatchesCpuReference) {
   Totals& totals = TotalsByPolicyAndDtype()[absl::StrCat(policy.name, "/", DTypeName(c.dtype))];
   std::string paths;
   for (const ConvLayerPlan& plan : executable->plans()) {
-    (plan.path() == LayerPath::kFused ? totals.fused_layers : totals.unfused_layers)++;
+    (plan.path() == LayerPath::kFused    ? totals.fused_layers
+     : plan.path() == LayerPath::kDirect ? totals.direct_layers
+                                         : totals.unfused_layers)++;
     absl::StrAppend(&paths, LayerPathName(plan.path()), "(engine ", plan.engine_index(), ") ");
   }
   totals.max_error = std::max(totals.max_error, error);

@@ -27,7 +27,8 @@ ConvLayerProblem DilatedFloat32() {
 }
 
 TEST(EngineConfigIdTest, RoundTrips) {
-  for (const char* text : {"fused:e0:", "unfused:e71:", "unfused_rounding:e46:k2=4,k5=2,k14=3"}) {
+  for (const char* text : {"fused:e0:", "unfused:e71:", "unfused_rounding:e46:k2=4,k5=2,k14=3",
+                           "direct:e0:k0=2"}) {
     EXPECT_EQ(ConfigId(text).ToString(), text);
   }
   EXPECT_EQ(ConfigId("unfused:e46:k2=4,k14=3").knobs.size(), 2u);

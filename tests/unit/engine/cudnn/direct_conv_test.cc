@@ -1,0 +1,121 @@
+// Which layers and configurations the direct path has (direct_conv.h), and
+// how the selection filters treat it: --direct_kernels, the cuDNN engine
+// blocklist (which does not apply to our engine numbers) and errata rules
+// (which apply only when they name the path). No GPU needed.
+#include "engine/cudnn/direct_conv.h"
+
+#include <string>
+
+#include "engine/cudnn/cudnn_errata.h"
+#include "engine/cudnn/engine_selection.h"
+#include "gtest/gtest.h"
+#include "tests/test_util/config_id.h"
+
+namespace convserve {
+namespace {
+
+// MobileNetV2's depthwise 3x3 on 144 channels at 56x56, float16 NHWC.
+ConvLayerProblem Depthwise() {
+  ConvLayerProblem p;
+  p.dtype = DType::kFloat16;
+  p.channels_last = true;
+  p.input = {32, 144, 56, 56};
+  p.weights = {144, 1, 3, 3};
+  p.output = {32, 144, 56, 56};
+  p.stride = {1, 1};
+  p.dilation = {1, 1};
+  p.pad_before = {1, 1};
+  p.pad_after = {1, 1};
+  p.has_bias = true;
+  p.activation.kind = ActivationKind::kRelu;
+  return p;
+}
+
+TEST(DirectConvTest, DepthwiseLayersHaveThreeConfigurations) {
+  const ConvLayerProblem p = Depthwise();
+  EXPECT_TRUE(DirectPathApplies(p));
+  EXPECT_EQ(DirectConvRejection(p), "");
+  std::vector<std::string> names;
+  for (const EngineConfigId& id : DirectConvConfigs(p)) {
+    names.push_back(id.ToString());
+    EXPECT_EQ(ConfigId(id.ToString()), id) << "parses back";
+    EXPECT_EQ(DirectConfigRejection(p, id), "");
+  }
+  EXPECT_EQ(names,
+            (std::vector<std::string>{"direct:e0:k0=2", "direct:e0:k0=1", "direct:e0:k0=4"}));
+}
+
+TEST(DirectConvTest, OtherLayersAreRefusedWithTheReason) {
+  ConvLayerProblem dense = Depthwise();
+  dense.weights = {144, 144, 3, 3};
+  EXPECT_FALSE(DirectPathApplies(dense));
+  EXPECT_NE(DirectConvRejection(dense).find("depthwise"), std::string::npos);
+  EXPECT_TRUE(DirectConvConfigs(dense).empty());
+
+  ConvLayerProblem multiplier = Depthwise();  // groups == C, K = 2C
+  multiplier.weights = {288, 1, 3, 3};
+  multiplier.output = {32, 288, 56, 56};
+  EXPECT_FALSE(DirectPathApplies(multiplier));
+
+  ConvLayerProblem three_d = Depthwise();
+  three_d.input = {1, 8, 5, 5, 5};
+  three_d.weights = {8, 1, 3, 3, 3};
+  three_d.output = {1, 8, 5, 5, 5};
+  EXPECT_FALSE(DirectPathApplies(three_d));
+
+  ConvLayerProblem wide = Depthwise();  // 17 x 17 = 289 taps
+  wide.weights = {144, 1, 17, 17};
+  EXPECT_TRUE(DirectPathApplies(wide));
+  EXPECT_NE(DirectConvRejection(wide).find("289 taps"), std::string::npos);
+  EXPECT_TRUE(DirectConvConfigs(wide).empty());
+}
+
+TEST(DirectConvTest, UnknownConfigurationsAreRefused) {
+  const ConvLayerProblem p = Depthwise();
+  EXPECT_NE(DirectConfigRejection(p, ConfigId("direct:e0:k0=3")), "");
+  EXPECT_NE(DirectConfigRejection(p, ConfigId("direct:e1:k0=2")), "");
+  EXPECT_NE(DirectConfigRejection(p, ConfigId("direct:e0:")), "");
+  EXPECT_NE(DirectConfigRejection(p, ConfigId("fused:e0:k0=2")), "");
+}
+
+TEST(DirectConvTest, SelectionFiltersTreatTheDirectPathAsOurs) {
+  const ConvLayerProblem p = Depthwise();
+  const CudnnTarget target;
+  EngineSelection selection;
+  EXPECT_EQ(ConfigRejection(selection, target, p, ConfigId("direct:e0:k0=2")), "");
+  // The blocklist holds cuDNN engine numbers: engine 0 there is not ours.
+  selection.blocklist = {0};
+  EXPECT_EQ(ConfigRejection(selection, target, p, ConfigId("direct:e0:k0=2")), "");
+  EXPECT_NE(ConfigRejection(selection, target, p, ConfigId("fused:e0:")), "");
+  selection.blocklist.clear();
+  selection.direct_kernels = false;
+  EXPECT_NE(
+      ConfigRejection(selection, target, p, ConfigId("direct:e0:k0=2")).find("--direct_kernels"),
+      std::string::npos);
+  EXPECT_EQ(ConfigRejection(selection, target, p, ConfigId("fused:e0:")), "");
+  // Autotune races it on every dtype, and it rounds once: no margin.
+  for (DType dtype : {DType::kFloat16, DType::kBFloat16, DType::kFloat32}) {
+    ConvLayerProblem typed = p;
+    typed.dtype = dtype;
+    EXPECT_TRUE(AutotuneAlsoTries(typed, LayerPath::kDirect));
+  }
+  EXPECT_TRUE(AutotuneReplaces(0.99f, LayerPath::kDirect, 1.0f, LayerPath::kUnfusedRounding));
+  EXPECT_TRUE(AutotuneReplaces(0.99f, LayerPath::kDirect, 1.0f, LayerPath::kFused));
+}
+
+TEST(DirectConvTest, ErrataRulesMatchTheDirectPathOnlyWhenTheyNameIt) {
+  absl::StatusOr<std::vector<ErrataRule>> rules = CudnnErrata::ParseRules(
+      "cudnn-e0 engine=0 -- a cuDNN engine 0 defect\n"
+      "ours engine=0 path=direct knobs=k0=4 -- a defect of our 4-column kernel\n",
+      "test");
+  ASSERT_TRUE(rules.ok()) << rules.status();
+  ASSERT_EQ(rules->size(), 2u);
+  const ConvLayerProblem p = Depthwise();
+  EXPECT_TRUE((*rules)[0].Matches(91400, 90, p, ConfigId("fused:e0:")));
+  EXPECT_FALSE((*rules)[0].Matches(91400, 90, p, ConfigId("direct:e0:k0=2")));
+  EXPECT_TRUE((*rules)[1].Matches(91400, 90, p, ConfigId("direct:e0:k0=4")));
+  EXPECT_FALSE((*rules)[1].Matches(91400, 90, p, ConfigId("direct:e0:k0=2")));
+}
+
+}  // namespace
+}  // namespace convserve
