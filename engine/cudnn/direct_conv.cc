@@ -6,6 +6,7 @@ namespace convserve {
 namespace {
 
 constexpr int64_t kColumnChoices[] = {2, 1, 4};
+constexpr int64_t kVectorByteChoices[] = {16, 8};
 
 }  // namespace
 
@@ -36,12 +37,16 @@ std::string DirectConvRejection(const ConvLayerProblem& problem) {
 std::vector<EngineConfigId> DirectConvConfigs(const ConvLayerProblem& problem) {
   std::vector<EngineConfigId> configs;
   if (!DirectConvRejection(problem).empty()) return configs;
-  for (int64_t columns : kColumnChoices) {
-    EngineConfigId id;
-    id.path = LayerPath::kDirect;
-    id.engine = kDirectDepthwiseEngine;
-    id.knobs = {{kDirectKnobColumns, columns}};
-    configs.push_back(std::move(id));
+  for (int64_t vector_bytes : kVectorByteChoices) {
+    for (int64_t columns : kColumnChoices) {
+      EngineConfigId id;
+      id.path = LayerPath::kDirect;
+      id.engine = kDirectDepthwiseEngine;
+      id.knobs = {{kDirectKnobColumns, columns}};
+      if (problem.channels_last) id.knobs.emplace_back(kDirectKnobVectorBytes, vector_bytes);
+      configs.push_back(std::move(id));
+    }
+    if (!problem.channels_last) break;
   }
   return configs;
 }

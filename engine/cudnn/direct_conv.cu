@@ -81,6 +81,24 @@ __device__ inline void LoadChannels(const float* row, int vector, int block_vect
   }
 }
 
+// values = activation(values), the kind chosen once for all of them (inside
+// each case the compiler knows the kind, so ApplyActivation's switch folds).
+template <int N>
+__device__ inline void Activate(const Activation& act, float (&values)[N]) {
+  switch (act.kind) {
+    case ActivationKind::kIdentity:
+      return;
+    case ActivationKind::kRelu:
+#pragma unroll
+      for (int i = 0; i < N; ++i) values[i] = ApplyActivation(act, values[i]);
+      return;
+    default:
+#pragma unroll
+      for (int i = 0; i < N; ++i) values[i] = ApplyActivation(act, values[i]);
+      return;
+  }
+}
+
 // kWindow kernels: 3 taps along W with stride and dilation 1 there, so the
 // kColumns outputs of a row read kColumns + 2 input columns, each loaded and
 // converted once and feeding up to three outputs (instead of 3 * kColumns
@@ -168,23 +186,26 @@ __global__ void DepthwiseChannelsLast(const T* __restrict__ x, const T* __restri
             const float in = ToFloat(raw[t].v[v]);
 #pragma unroll
             for (int s = 0; s < kWindowTaps; ++s) {
-              if (t - s >= 0 && t - s < kColumns) acc[t - s][v] = fmaf(in, wv[s][v], acc[t - s][v]);
+              if (t - s >= 0 && t - s < kColumns) {
+                acc[t - s][v] = fmaf(in, wv[s][v], acc[t - s][v]);
+              }
             }
           }
         }
-        continue;
-      }
+      } else {
 #pragma unroll
-      for (int s = 0; s < kernel_w; ++s) {
-        float wv[V];
-        LoadChannels<V>(weights + (r * kernel_w + s) * block_channels, vector, block_vectors, wv);
+        for (int s = 0; s < kernel_w; ++s) {
+          float wv[V];
+          LoadChannels<V>(weights + (r * kernel_w + s) * block_channels, vector, block_vectors,
+                          wv);
 #pragma unroll
-        for (int j = 0; j < kColumns; ++j) {
-          const int col = (q0 + j) * d.stride_w - d.pad_w + s * d.dilation_w;
-          if (q0 + j >= d.q || col < 0 || col >= d.w) continue;
-          const Vector<T, V> in = *reinterpret_cast<const Vector<T, V>*>(x_row + col * d.c);
+          for (int j = 0; j < kColumns; ++j) {
+            const int col = (q0 + j) * d.stride_w - d.pad_w + s * d.dilation_w;
+            if (q0 + j >= d.q || col < 0 || col >= d.w) continue;
+            const Vector<T, V> in = *reinterpret_cast<const Vector<T, V>*>(x_row + col * d.c);
 #pragma unroll
-          for (int v = 0; v < V; ++v) acc[j][v] = fmaf(ToFloat(in.v[v]), wv[v], acc[j][v]);
+            for (int v = 0; v < V; ++v) acc[j][v] = fmaf(ToFloat(in.v[v]), wv[v], acc[j][v]);
+          }
         }
       }
     }
@@ -192,11 +213,12 @@ __global__ void DepthwiseChannelsLast(const T* __restrict__ x, const T* __restri
 #pragma unroll
     for (int j = 0; j < kColumns; ++j) {
       if (q0 + j >= d.q) break;
+#pragma unroll
+      for (int v = 0; v < V; ++v) acc[j][v] += my_bias[v];
+      Activate(act, acc[j]);
       Vector<T, V> out;
 #pragma unroll
-      for (int v = 0; v < V; ++v) {
-        out.v[v] = FromFloat<T>(ApplyActivation(act, acc[j][v] + my_bias[v]));
-      }
+      for (int v = 0; v < V; ++v) out.v[v] = FromFloat<T>(acc[j][v]);
       *reinterpret_cast<Vector<T, V>*>(y_row + (q0 + j) * d.c) = out;
     }
   }
@@ -242,25 +264,28 @@ __global__ void DepthwiseChannelsFirst(const T* __restrict__ x, const T* __restr
 #pragma unroll
         for (int j = 0; j < kColumns; ++j) acc[j] = fmaf(in[j + s], weight, acc[j]);
       }
-      continue;
-    }
+    } else {
 #pragma unroll
-    for (int s = 0; s < kernel_w; ++s) {
-      const float weight = ToFloat(w_channel[r * kernel_w + s]);
+      for (int s = 0; s < kernel_w; ++s) {
+        const float weight = ToFloat(w_channel[r * kernel_w + s]);
 #pragma unroll
-      for (int j = 0; j < kColumns; ++j) {
-        const int col = (q0 + j) * d.stride_w - d.pad_w + s * d.dilation_w;
-        if (q0 + j >= d.q || col < 0 || col >= d.w) continue;
-        acc[j] = fmaf(ToFloat(x_row[col]), weight, acc[j]);
+        for (int j = 0; j < kColumns; ++j) {
+          const int col = (q0 + j) * d.stride_w - d.pad_w + s * d.dilation_w;
+          if (q0 + j >= d.q || col < 0 || col >= d.w) continue;
+          acc[j] = fmaf(ToFloat(x_row[col]), weight, acc[j]);
+        }
       }
     }
   }
   const float b = bias != nullptr ? ToFloat(bias[c]) : 0.0f;
+#pragma unroll
+  for (int j = 0; j < kColumns; ++j) acc[j] += b;
+  Activate(act, acc);
   T* y_row = y + row * d.q;
 #pragma unroll
   for (int j = 0; j < kColumns; ++j) {
     if (q0 + j >= d.q) break;
-    y_row[q0 + j] = FromFloat<T>(ApplyActivation(act, acc[j] + b));
+    y_row[q0 + j] = FromFloat<T>(acc[j]);
   }
 }
 
@@ -359,12 +384,11 @@ absl::Status LaunchChannelsFirst(const ConvLayerProblem& problem, const DirectCo
   return absl::OkStatus();
 }
 
-// Channels-last vectors: the widest of at most 16 bytes whose element count
+// Channels-last vectors: the widest of at most kWidest elements whose count
 // divides C, so every vector starts on its own size.
-template <typename T, int kColumns>
-absl::Status DispatchVector(const ConvLayerProblem& problem, const DirectConvBuffers& b,
-                            cudaStream_t stream) {
-  constexpr int kWidest = 16 / sizeof(T);
+template <typename T, int kColumns, int kWidest>
+absl::Status DispatchVectorWidth(const ConvLayerProblem& problem, const DirectConvBuffers& b,
+                                 cudaStream_t stream) {
   const int64_t c = problem.input[1];
   if (c % kWidest == 0) {
     switch (SpecializationOf(problem)) {
@@ -380,34 +404,48 @@ absl::Status DispatchVector(const ConvLayerProblem& problem, const DirectConvBuf
   if (kWidest > 4 && c % 4 == 0) {
     return LaunchChannelsLast<T, 4, kColumns, 0, false>(problem, b, stream);
   }
-  if (c % 2 == 0) return LaunchChannelsLast<T, 2, kColumns, 0, false>(problem, b, stream);
+  if (kWidest > 2 && c % 2 == 0) {
+    return LaunchChannelsLast<T, 2, kColumns, 0, false>(problem, b, stream);
+  }
   return LaunchChannelsLast<T, 1, kColumns, 0, false>(problem, b, stream);
 }
 
 template <typename T, int kColumns>
+absl::Status DispatchVector(const ConvLayerProblem& problem, const DirectConvBuffers& b,
+                            int64_t vector_bytes, cudaStream_t stream) {
+  if (vector_bytes == 16) {
+    return DispatchVectorWidth<T, kColumns, 16 / sizeof(T)>(problem, b, stream);
+  }
+  return DispatchVectorWidth<T, kColumns, 8 / sizeof(T)>(problem, b, stream);
+}
+
+template <typename T, int kColumns>
 absl::Status DispatchLayout(const ConvLayerProblem& problem, const DirectConvBuffers& b,
-                            cudaStream_t stream) {
-  if (problem.channels_last) return DispatchVector<T, kColumns>(problem, b, stream);
+                            int64_t vector_bytes, cudaStream_t stream) {
+  if (problem.channels_last) {
+    return DispatchVector<T, kColumns>(problem, b, vector_bytes, stream);
+  }
   return LaunchChannelsFirst<T, kColumns>(problem, b, stream);
 }
 
 template <int kColumns>
 absl::Status DispatchDtype(const ConvLayerProblem& problem, const DirectConvBuffers& b,
-                           cudaStream_t stream) {
+                           int64_t vector_bytes, cudaStream_t stream) {
   switch (problem.dtype) {
     case DType::kFloat32:
-      return DispatchLayout<float, kColumns>(problem, b, stream);
+      return DispatchLayout<float, kColumns>(problem, b, vector_bytes, stream);
     case DType::kFloat16:
-      return DispatchLayout<__half, kColumns>(problem, b, stream);
+      return DispatchLayout<__half, kColumns>(problem, b, vector_bytes, stream);
     case DType::kBFloat16:
-      return DispatchLayout<__nv_bfloat16, kColumns>(problem, b, stream);
+      return DispatchLayout<__nv_bfloat16, kColumns>(problem, b, vector_bytes, stream);
   }
   return absl::InternalError("unknown dtype");
 }
 
-int64_t ColumnsOf(const EngineConfigId& id) {
-  for (const auto& [type, value] : id.knobs) {
-    if (type == kDirectKnobColumns) return value;
+// Knob `type` of `id`, or 0 when absent.
+int64_t KnobOf(const EngineConfigId& id, int64_t type) {
+  for (const auto& [knob, value] : id.knobs) {
+    if (knob == type) return value;
   }
   return 0;
 }
@@ -438,13 +476,14 @@ absl::Status LaunchDirectConv(const ConvLayerProblem& problem, const EngineConfi
   if (NumElements(problem.output) == 0) return absl::OkStatus();
   DirectConvBuffers b = buffers;
   if (!problem.has_bias) b.bias = nullptr;
-  switch (ColumnsOf(id)) {
+  const int64_t vector_bytes = KnobOf(id, kDirectKnobVectorBytes);
+  switch (KnobOf(id, kDirectKnobColumns)) {
     case 1:
-      return DispatchDtype<1>(problem, b, stream);
+      return DispatchDtype<1>(problem, b, vector_bytes, stream);
     case 2:
-      return DispatchDtype<2>(problem, b, stream);
+      return DispatchDtype<2>(problem, b, vector_bytes, stream);
     case 4:
-      return DispatchDtype<4>(problem, b, stream);
+      return DispatchDtype<4>(problem, b, vector_bytes, stream);
   }
   return absl::InvalidArgumentError(absl::StrCat(id.ToString(), " is not a direct configuration"));
 }

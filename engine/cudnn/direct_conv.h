@@ -7,8 +7,10 @@
 // per element it reads, so it is bound by memory, not math.
 //
 // On the direct path an EngineConfigId names our engine and its knobs in our
-// own numbering ("direct:e0:k0=2"): engine 0 is the depthwise kernel; knob 0
-// is the output columns one thread computes (1, 2 or 4). This file is the
+// own numbering ("direct:e0:k0=2,k1=16"): engine 0 is the depthwise kernel;
+// knob 0 is the output columns one thread computes (1, 2 or 4); knob 1, on
+// channels-last layers only, the largest channel vector one thread loads, in
+// bytes (16 or 8: half the registers, twice the threads). This file is the
 // part that needs no GPU (which problems and configurations exist); the
 // kernels are in direct_conv_kernel.h.
 #ifndef CONVSERVE_ENGINE_CUDNN_DIRECT_CONV_H_
@@ -25,6 +27,7 @@ namespace convserve {
 
 inline constexpr int64_t kDirectDepthwiseEngine = 0;
 inline constexpr int64_t kDirectKnobColumns = 0;
+inline constexpr int64_t kDirectKnobVectorBytes = 1;
 // Kernel taps (R*S) the depthwise engine keeps in shared memory per channel.
 inline constexpr int64_t kDirectMaxTaps = 256;
 // Elements of the input or the output the engine indexes (32-bit).

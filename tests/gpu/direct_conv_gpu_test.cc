@@ -208,7 +208,8 @@ class DirectConvTest : public ::testing::Test {
     if (!outputs.ok()) return INFINITY;
     const ConvLayerProblem problem = MakeLayerProblems(**graph, input_shape, *outputs)[0];
     const std::vector<EngineConfigId> configs = DirectConvConfigs(problem);
-    EXPECT_EQ(configs.size(), 3u) << problem.Describe() << ": " << DirectConvRejection(problem);
+    EXPECT_EQ(configs.size(), c.channels_last ? 6u : 3u)
+        << problem.Describe() << ": " << DirectConvRejection(problem);
 
     const std::string input = RandomTensor(c.dtype, NumElements(input_shape), 1.0f, rng);
     Shape output_shape;
@@ -323,7 +324,7 @@ TEST_F(DirectConvTest, AutotuneRacesTheDirectPath) {
         EXPECT_GT(result.ms, 0) << result.id.ToString();
         direct_passed += result.ok;
       }
-      EXPECT_EQ(direct_tried, direct ? 3 : 0) << problem.Describe();
+      EXPECT_EQ(direct_tried, direct ? (c.channels_last ? 6 : 3) : 0) << problem.Describe();
       ASSERT_TRUE(best.has_value());
       if (direct) {
         std::printf("%-60s winner %s %.4f ms (direct candidates passed: %d)\n",
@@ -361,7 +362,7 @@ TEST_F(DirectConvTest, BindRejectsWhatTheKernelCannotRun) {
             absl::StatusCode::kInternal);
 
   EngineConfigId unknown = DirectConvConfigs(problem)[0];
-  unknown.knobs = {{kDirectKnobColumns, 3}};
+  unknown.knobs[0] = {kDirectKnobColumns, 3};
   EXPECT_EQ(planner.BuildConfig(problem, unknown).status().code(), absl::StatusCode::kNotFound);
   ConvLayerProblem dense = problem;
   dense.weights[1] = 2;

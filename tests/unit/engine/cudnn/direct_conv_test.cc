@@ -31,7 +31,7 @@ ConvLayerProblem Depthwise() {
   return p;
 }
 
-TEST(DirectConvTest, DepthwiseLayersHaveThreeConfigurations) {
+TEST(DirectConvTest, DepthwiseLayersHaveTheirConfigurations) {
   const ConvLayerProblem p = Depthwise();
   EXPECT_TRUE(DirectPathApplies(p));
   EXPECT_EQ(DirectConvRejection(p), "");
@@ -41,8 +41,17 @@ TEST(DirectConvTest, DepthwiseLayersHaveThreeConfigurations) {
     EXPECT_EQ(ConfigId(id.ToString()), id) << "parses back";
     EXPECT_EQ(DirectConfigRejection(p, id), "");
   }
+  EXPECT_EQ(names, (std::vector<std::string>{"direct:e0:k0=2,k1=16", "direct:e0:k0=1,k1=16",
+                                             "direct:e0:k0=4,k1=16", "direct:e0:k0=2,k1=8",
+                                             "direct:e0:k0=1,k1=8", "direct:e0:k0=4,k1=8"}));
+  // Channels-first layers have no vector knob.
+  ConvLayerProblem channels_first = p;
+  channels_first.channels_last = false;
+  names.clear();
+  for (const EngineConfigId& id : DirectConvConfigs(channels_first)) names.push_back(id.ToString());
   EXPECT_EQ(names,
             (std::vector<std::string>{"direct:e0:k0=2", "direct:e0:k0=1", "direct:e0:k0=4"}));
+  EXPECT_NE(DirectConfigRejection(channels_first, ConfigId("direct:e0:k0=2,k1=16")), "");
 }
 
 TEST(DirectConvTest, OtherLayersAreRefusedWithTheReason) {
@@ -72,25 +81,27 @@ TEST(DirectConvTest, OtherLayersAreRefusedWithTheReason) {
 
 TEST(DirectConvTest, UnknownConfigurationsAreRefused) {
   const ConvLayerProblem p = Depthwise();
-  EXPECT_NE(DirectConfigRejection(p, ConfigId("direct:e0:k0=3")), "");
-  EXPECT_NE(DirectConfigRejection(p, ConfigId("direct:e1:k0=2")), "");
+  EXPECT_NE(DirectConfigRejection(p, ConfigId("direct:e0:k0=3,k1=16")), "");
+  EXPECT_NE(DirectConfigRejection(p, ConfigId("direct:e0:k0=2,k1=4")), "");
+  EXPECT_NE(DirectConfigRejection(p, ConfigId("direct:e0:k0=2")), "");
+  EXPECT_NE(DirectConfigRejection(p, ConfigId("direct:e1:k0=2,k1=16")), "");
   EXPECT_NE(DirectConfigRejection(p, ConfigId("direct:e0:")), "");
-  EXPECT_NE(DirectConfigRejection(p, ConfigId("fused:e0:k0=2")), "");
+  EXPECT_NE(DirectConfigRejection(p, ConfigId("fused:e0:k0=2,k1=16")), "");
 }
 
 TEST(DirectConvTest, SelectionFiltersTreatTheDirectPathAsOurs) {
   const ConvLayerProblem p = Depthwise();
   const CudnnTarget target;
   EngineSelection selection;
-  EXPECT_EQ(ConfigRejection(selection, target, p, ConfigId("direct:e0:k0=2")), "");
+  EXPECT_EQ(ConfigRejection(selection, target, p, ConfigId("direct:e0:k0=2,k1=16")), "");
   // The blocklist holds cuDNN engine numbers: engine 0 there is not ours.
   selection.blocklist = {0};
-  EXPECT_EQ(ConfigRejection(selection, target, p, ConfigId("direct:e0:k0=2")), "");
+  EXPECT_EQ(ConfigRejection(selection, target, p, ConfigId("direct:e0:k0=2,k1=16")), "");
   EXPECT_NE(ConfigRejection(selection, target, p, ConfigId("fused:e0:")), "");
   selection.blocklist.clear();
   selection.direct_kernels = false;
   EXPECT_NE(
-      ConfigRejection(selection, target, p, ConfigId("direct:e0:k0=2")).find("--direct_kernels"),
+      ConfigRejection(selection, target, p, ConfigId("direct:e0:k0=2,k1=16")).find("--direct_kernels"),
       std::string::npos);
   EXPECT_EQ(ConfigRejection(selection, target, p, ConfigId("fused:e0:")), "");
   // Autotune races it on every dtype, and it rounds once: no margin.
@@ -106,15 +117,15 @@ TEST(DirectConvTest, SelectionFiltersTreatTheDirectPathAsOurs) {
 TEST(DirectConvTest, ErrataRulesMatchTheDirectPathOnlyWhenTheyNameIt) {
   absl::StatusOr<std::vector<ErrataRule>> rules = CudnnErrata::ParseRules(
       "cudnn-e0 engine=0 -- a cuDNN engine 0 defect\n"
-      "ours engine=0 path=direct knobs=k0=4 -- a defect of our 4-column kernel\n",
+      "ours engine=0 path=direct knobs=k0=4 -- a defect of our 4-column kernels\n",
       "test");
   ASSERT_TRUE(rules.ok()) << rules.status();
   ASSERT_EQ(rules->size(), 2u);
   const ConvLayerProblem p = Depthwise();
   EXPECT_TRUE((*rules)[0].Matches(91400, 90, p, ConfigId("fused:e0:")));
-  EXPECT_FALSE((*rules)[0].Matches(91400, 90, p, ConfigId("direct:e0:k0=2")));
-  EXPECT_TRUE((*rules)[1].Matches(91400, 90, p, ConfigId("direct:e0:k0=4")));
-  EXPECT_FALSE((*rules)[1].Matches(91400, 90, p, ConfigId("direct:e0:k0=2")));
+  EXPECT_FALSE((*rules)[0].Matches(91400, 90, p, ConfigId("direct:e0:k0=2,k1=16")));
+  EXPECT_TRUE((*rules)[1].Matches(91400, 90, p, ConfigId("direct:e0:k0=4,k1=8")));
+  EXPECT_FALSE((*rules)[1].Matches(91400, 90, p, ConfigId("direct:e0:k0=2,k1=8")));
 }
 
 }  // namespace
