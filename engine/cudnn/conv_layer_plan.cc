@@ -36,22 +36,13 @@ absl::StatusOr<BackendDescriptor> MakeVariantPack(const ConvLayerPlan& plan,
   return pack;
 }
 
-DirectConvBuffers DirectBuffers(const ConvLayerBuffers& buffers) {
-  DirectConvBuffers direct;
-  direct.x = buffers.x;
-  direct.w = buffers.w;
-  direct.bias = buffers.bias;
-  direct.y = buffers.y;
-  return direct;
-}
-
 }  // namespace
 
 absl::Status ConvLayerPlan::Bind(const ConvLayerProblem& problem,
                                  const ConvLayerBuffers& buffers) {
   bound_ = false;
   if (path() == LayerPath::kDirect) {
-    RETURN_IF_ERROR(CheckDirectConv(problem, id_, DirectBuffers(buffers)));
+    RETURN_IF_ERROR(CheckDirectConvBuffers(problem, buffers));
     bound_buffers_ = buffers;
     bound_ = true;
     return absl::OkStatus();
@@ -69,7 +60,7 @@ absl::Status ConvLayerPlan::RunBound(cudnnHandle_t handle, cudaStream_t stream,
                                      const ConvLayerProblem& problem) const {
   if (!bound_) return absl::InternalError("layer plan was never bound");
   if (path() == LayerPath::kDirect) {
-    return LaunchDirectConv(problem, id_, DirectBuffers(bound_buffers_), stream);
+    return LaunchDirectConv(problem, id_, bound_buffers_, stream);
   }
   CUDNN_RETURN_IF_ERROR(cudnnBackendExecute(handle, plan_.get(), bound_pack_.get()));
   if (path() == LayerPath::kFused || !problem.needs_epilogue()) return absl::OkStatus();

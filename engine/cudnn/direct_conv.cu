@@ -334,7 +334,7 @@ Specialization SpecializationOf(const ConvLayerProblem& problem) {
 }
 
 template <typename T, int V, int kColumns, int kKernel, bool kWindow>
-absl::Status LaunchChannelsLast(const ConvLayerProblem& problem, const DirectConvBuffers& b,
+absl::Status LaunchChannelsLast(const ConvLayerProblem& problem, const ConvLayerBuffers& b,
                                 cudaStream_t stream) {
   const DepthwiseDims d = DimsOf(problem);
   const int taps = d.r * d.s;
@@ -357,7 +357,7 @@ absl::Status LaunchChannelsLast(const ConvLayerProblem& problem, const DirectCon
 }
 
 template <typename T, int kColumns>
-absl::Status LaunchChannelsFirst(const ConvLayerProblem& problem, const DirectConvBuffers& b,
+absl::Status LaunchChannelsFirst(const ConvLayerProblem& problem, const ConvLayerBuffers& b,
                                  cudaStream_t stream) {
   const DepthwiseDims d = DimsOf(problem);
   const int column_groups = d.n * d.c * d.p * ((d.q + kColumns - 1) / kColumns);
@@ -387,7 +387,7 @@ absl::Status LaunchChannelsFirst(const ConvLayerProblem& problem, const DirectCo
 // Channels-last vectors: the widest of at most kWidest elements whose count
 // divides C, so every vector starts on its own size.
 template <typename T, int kColumns, int kWidest>
-absl::Status DispatchVectorWidth(const ConvLayerProblem& problem, const DirectConvBuffers& b,
+absl::Status DispatchVectorWidth(const ConvLayerProblem& problem, const ConvLayerBuffers& b,
                                  cudaStream_t stream) {
   const int64_t c = problem.input[1];
   if (c % kWidest == 0) {
@@ -411,7 +411,7 @@ absl::Status DispatchVectorWidth(const ConvLayerProblem& problem, const DirectCo
 }
 
 template <typename T, int kColumns>
-absl::Status DispatchVector(const ConvLayerProblem& problem, const DirectConvBuffers& b,
+absl::Status DispatchVector(const ConvLayerProblem& problem, const ConvLayerBuffers& b,
                             int64_t vector_bytes, cudaStream_t stream) {
   if (vector_bytes == 16) {
     return DispatchVectorWidth<T, kColumns, 16 / sizeof(T)>(problem, b, stream);
@@ -420,7 +420,7 @@ absl::Status DispatchVector(const ConvLayerProblem& problem, const DirectConvBuf
 }
 
 template <typename T, int kColumns>
-absl::Status DispatchLayout(const ConvLayerProblem& problem, const DirectConvBuffers& b,
+absl::Status DispatchLayout(const ConvLayerProblem& problem, const ConvLayerBuffers& b,
                             int64_t vector_bytes, cudaStream_t stream) {
   if (problem.channels_last) {
     return DispatchVector<T, kColumns>(problem, b, vector_bytes, stream);
@@ -429,7 +429,7 @@ absl::Status DispatchLayout(const ConvLayerProblem& problem, const DirectConvBuf
 }
 
 template <int kColumns>
-absl::Status DispatchDtype(const ConvLayerProblem& problem, const DirectConvBuffers& b,
+absl::Status DispatchDtype(const ConvLayerProblem& problem, const ConvLayerBuffers& b,
                            int64_t vector_bytes, cudaStream_t stream) {
   switch (problem.dtype) {
     case DType::kFloat32:
@@ -452,12 +452,8 @@ int64_t KnobOf(const EngineConfigId& id, int64_t type) {
 
 }  // namespace
 
-absl::Status CheckDirectConv(const ConvLayerProblem& problem, const EngineConfigId& id,
-                             const DirectConvBuffers& buffers) {
-  if (std::string why = DirectConfigRejection(problem, id); !why.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(id.ToString(), " cannot run ",
-                                                   problem.Describe(), ": ", why));
-  }
+absl::Status CheckDirectConvBuffers(const ConvLayerProblem& problem,
+                                    const ConvLayerBuffers& buffers) {
   for (const void* pointer : {buffers.x, buffers.w, buffers.bias,
                               static_cast<const void*>(buffers.y)}) {
     if (reinterpret_cast<uintptr_t>(pointer) % 16 != 0) {
@@ -472,9 +468,9 @@ absl::Status CheckDirectConv(const ConvLayerProblem& problem, const EngineConfig
 }
 
 absl::Status LaunchDirectConv(const ConvLayerProblem& problem, const EngineConfigId& id,
-                              const DirectConvBuffers& buffers, cudaStream_t stream) {
+                              const ConvLayerBuffers& buffers, cudaStream_t stream) {
   if (NumElements(problem.output) == 0) return absl::OkStatus();
-  DirectConvBuffers b = buffers;
+  ConvLayerBuffers b = buffers;
   if (!problem.has_bias) b.bias = nullptr;
   const int64_t vector_bytes = KnobOf(id, kDirectKnobVectorBytes);
   switch (KnobOf(id, kDirectKnobColumns)) {

@@ -7,26 +7,22 @@
 
 #include "absl/status/status.h"
 #include "engine/conv_layer_problem.h"
+#include "engine/cudnn/conv_layer_plan.h"
 #include "engine/cudnn/engine_config_id.h"
 
 namespace convserve {
 
-struct DirectConvBuffers {
-  const void* x = nullptr;
-  // Depthwise weights, K x 1 x R x S (the same bytes in either layout).
-  const void* w = nullptr;
-  const void* bias = nullptr;  // null when the layer has no bias
-  void* y = nullptr;
-};
-
-// INVALID_ARGUMENT when `id` does not run `problem` or a tensor pointer is
-// not 16-byte aligned (as every tensor is declared to cuDNN).
-absl::Status CheckDirectConv(const ConvLayerProblem& problem, const EngineConfigId& id,
-                             const DirectConvBuffers& buffers);
-// Queues configuration `id` of the direct path for `problem` on `stream`
-// (CheckDirectConv first); errors are launch errors.
+// INVALID_ARGUMENT when a tensor of `buffers` is missing or not 16-byte
+// aligned (as every tensor is declared to cuDNN). The kernels use x, w
+// (depthwise weights, K x 1 x R x S: the same bytes in either layout), bias
+// and y; no workspace.
+absl::Status CheckDirectConvBuffers(const ConvLayerProblem& problem,
+                                    const ConvLayerBuffers& buffers);
+// Queues configuration `id` of the direct path for `problem` on `stream`:
+// `id` is one of DirectConvConfigs(problem) and `buffers` passed
+// CheckDirectConvBuffers. Errors are launch errors.
 absl::Status LaunchDirectConv(const ConvLayerProblem& problem, const EngineConfigId& id,
-                              const DirectConvBuffers& buffers, cudaStream_t stream);
+                              const ConvLayerBuffers& buffers, cudaStream_t stream);
 
 }  // namespace convserve
 
