@@ -38,22 +38,13 @@ port="${PORT:-18321}"
 metrics_port=$((port + 1))
 mkdir -p "$out"
 [ -d "$bundle/lib" ] && export LD_LIBRARY_PATH="$PWD/$bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-server=
+address=127.0.0.1:$port
+# shellcheck disable=SC2206
+server_args=(--metrics_listen=127.0.0.1:$metrics_port $server_flags)
+server_wait_seconds=60
+source "$(dirname "${BASH_SOURCE[0]}")/bench_server.sh"
 trap '[ -n "$server" ] && kill -TERM $server 2>/dev/null' EXIT
 
-start_server() {  # NAME FLAGS...
-  local name=$1
-  shift
-  # shellcheck disable=SC2086
-  "$bin/convserve-server" --listen=127.0.0.1:$port --metrics_listen=127.0.0.1:$metrics_port \
-    $server_flags "$@" > "$out/server_$name.log" 2>&1 &
-  server=$!
-  "$bin/convserve-health" --server=127.0.0.1:$port --wait_seconds=60 > /dev/null || {
-    echo "server $name did not start"; tail -5 "$out/server_$name.log"; exit 1; }
-}
-stop_server() {
-  kill -TERM $server; wait $server; server=
-}
 # measure NAME DELAY_US: one closed-loop level; prints one summary line.
 measure() {
   local name=$1 delay=$2 verify=()

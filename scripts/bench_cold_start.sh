@@ -23,20 +23,13 @@ metrics_port=$((port + 1))
 mkdir -p "$out"
 [ -d "$bundle/lib" ] && export LD_LIBRARY_PATH="$PWD/$bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 store="$(mktemp -d "${TMPDIR:-/tmp}/convserve_cold_start.XXXXXX")"
-server=
+address=127.0.0.1:$port
+# shellcheck disable=SC2206
+server_args=(--metrics_listen=127.0.0.1:$metrics_port --plan_cache_dir="$store" ${SERVER_FLAGS:-})
+server_wait_seconds=60
+source "$(dirname "${BASH_SOURCE[0]}")/bench_server.sh"
 trap '[ -n "$server" ] && kill -TERM $server 2>/dev/null; rm -rf "$store"' EXIT
 
-start_server() {  # NAME
-  # shellcheck disable=SC2086
-  "$bin/convserve-server" --listen=127.0.0.1:$port --metrics_listen=127.0.0.1:$metrics_port \
-    --plan_cache_dir="$store" ${SERVER_FLAGS:-} > "$out/server_$1.log" 2>&1 &
-  server=$!
-  "$bin/convserve-health" --server=127.0.0.1:$port --wait_seconds=60 > /dev/null || {
-    echo "server $1 did not start"; tail -5 "$out/server_$1.log"; exit 1; }
-}
-stop_server() {
-  kill -TERM $server; wait $server; server=
-}
 # first_request NAME WARMUP: one request of a new client whose LoadGraph
 # asks for --warmup_shapes=WARMUP; prints its latency in ms.
 first_request() {

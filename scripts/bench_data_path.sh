@@ -17,25 +17,15 @@ port=18101
 window="${WINDOW:-2s}"
 
 nvidia-smi -L | tee "$out/device.txt"
-server=
+source "$(dirname "${BASH_SOURCE[0]}")/bench_server.sh"
 trap '[ -n "$server" ] && kill -TERM $server 2>/dev/null; wait $server 2>/dev/null; rm -f "$socket"' EXIT
 # The server's address: loopback TCP, or a Unix socket for the rows that
 # say so.
 address=127.0.0.1:$port
 socket="/tmp/convserve-bench-$$.sock"
-# start_server NAME FLAGS...: stops the running server, starts one with FLAGS
-# listening on $address.
-start_server() {
-  local name=$1
-  shift
-  if [ -n "$server" ]; then kill -TERM $server; wait $server; fi
-  "$bin/convserve-server" --listen=$address --metrics_listen= "$@" \
-    > "$out/$name.log" 2>&1 &
-  server=$!
-  "$bin/convserve-health" --server=$address --wait_seconds=60 > /dev/null || {
-    echo "server did not start"; cat "$out/$name.log"; exit 1; }
-}
-start_server server
+server_args=(--metrics_listen=)
+server_wait_seconds=60
+start_server main
 
 # The floor: one pinned host->device and device->host copy of the tensor.
 python3 - > "$out/floor.txt" 2>&1 <<'PY'
@@ -104,12 +94,12 @@ run cuda_401k_c64_1conn 1,64,56,56 64 --shared_memory=cuda --connections=1
 run msg_401k_c64 1,64,56,56 64
 # The same server with workers that sleep at once (--worker_spin_us=0):
 # what polling for the next request saves (docs/runtime.md).
-start_server server_nospin --worker_spin_us=0
+start_server nospin --worker_spin_us=0
 run sys_401k_nospin 1,64,56,56 1 --shared_memory=system --calls=blocking
 run sys_12m_nospin 32,64,56,56 1 --shared_memory=system --calls=blocking
 run cuda_12m_nospin 32,64,56,56 1 --shared_memory=cuda --calls=blocking
 # Four workers per GPU at 64 in flight (the GPU-busy target).
-start_server server_w4 --workers_per_gpu=4
+start_server w4 --workers_per_gpu=4
 nvidia-smi --query-gpu=utilization.gpu --format=csv,noheader,nounits -lms 100 \
   > "$out/utilization_w4.txt" 2>/dev/null &
 smi=$!
@@ -123,10 +113,10 @@ kill $smi 2>/dev/null
 # The same server on a Unix socket instead of loopback TCP (a sidecar's
 # choice, docs/runtime.md): the 12.8 MB request through gRPC bytes.
 address="unix:$socket"
-start_server server_unix
+start_server unix
 run msg_12m_unix 32,64,56,56 1 --calls=blocking
 address=127.0.0.1:$port
-start_server server_verify
+start_server verify
 # Correctness of each transport against the CPU reference.
 for mode in none system cuda; do
   timeout 120 "$bin/convserve-load" --server=$address --graph_file=$graph \

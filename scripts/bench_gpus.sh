@@ -41,24 +41,14 @@ if [ -z "${CONFIGS:-}" ]; then
 fi
 IFS=';' read -r -a configs <<< "$CONFIGS"
 
-server=
 smi=
+address=127.0.0.1:$port
+# One plan store for every server: the engine search runs once.
+# shellcheck disable=SC2206
+server_args=(--metrics_listen=127.0.0.1:$metrics_port --plan_cache_dir="$out/plans" $server_flags)
+source "$(dirname "${BASH_SOURCE[0]}")/bench_server.sh"
 trap '[ -n "$smi" ] && kill $smi 2>/dev/null; [ -n "$server" ] && kill -TERM $server 2>/dev/null' EXIT
 
-start_server() {  # NAME FLAGS...
-  local name=$1
-  shift
-  # One plan store for every server: the engine search runs once.
-  # shellcheck disable=SC2086
-  "$bin/convserve-server" --listen=127.0.0.1:$port --metrics_listen=127.0.0.1:$metrics_port \
-    --plan_cache_dir="$out/plans" $server_flags "$@" > "$out/server_$name.log" 2>&1 &
-  server=$!
-  "$bin/convserve-health" --server=127.0.0.1:$port --wait_seconds=120 > /dev/null || {
-    echo "server $name did not start"; tail -5 "$out/server_$name.log"; exit 1; }
-}
-stop_server() {
-  kill -TERM $server; wait $server; server=
-}
 scrape() {  # FILE: the server's metrics page
   python3 -c "import urllib.request, sys; sys.stdout.write(urllib.request.urlopen(
     'http://127.0.0.1:$metrics_port/metrics', timeout=10).read().decode())" > "$1"
