@@ -4,10 +4,18 @@
 #include <atomic>
 #include <memory>
 
+#include "absl/strings/str_cat.h"
+#include "engine/thread_name.h"
+
 namespace convserve {
 
 ThreadPool::ThreadPool(int threads) {
-  for (int i = 1; i < std::max(threads, 1); ++i) workers_.emplace_back([this] { WorkerLoop(); });
+  for (int i = 1; i < std::max(threads, 1); ++i) {
+    workers_.emplace_back([this, i] {
+      NameThisThread(absl::StrCat("cs-cpu", i));
+      WorkerLoop();
+    });
+  }
 }
 
 ThreadPool::~ThreadPool() {

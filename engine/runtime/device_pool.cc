@@ -26,6 +26,7 @@
 #include "engine/runtime/prober_protocol.h"
 #include "engine/runtime/slice_copies.h"
 #include "engine/status_macros.h"
+#include "engine/thread_name.h"
 #include "spdlog/spdlog.h"
 
 namespace convserve {
@@ -360,6 +361,7 @@ absl::StatusOr<std::unique_ptr<DevicePool>> DevicePool::Create(const DevicePoolO
                             : options.workers_per_device * static_cast<int>(pool->devices_.size());
   // Never full: what waits there is bounded by the requests in flight.
   completions.max_queued = std::numeric_limits<int>::max();
+  completions.thread_name = "cs-answer";
   pool->completions_ = std::make_unique<RequestExecutor>(completions);
   for (auto& device : pool->devices_) {
     for (auto& worker : device->workers) {
@@ -695,6 +697,7 @@ void DevicePool::PollQueue(Device& device) {
 }
 
 void DevicePool::WorkerLoop(Device* device, Worker* worker) {
+  NameThisThread(absl::StrCat("cs-gpu", device->ordinal, "-w", worker->index));
   cudaSetDevice(device->ordinal);
   const WorkerWake<Device, Worker> wake{device, worker};
   while (true) {

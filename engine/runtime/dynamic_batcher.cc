@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "engine/thread_name.h"
 
 namespace convserve {
 namespace {
@@ -78,7 +79,10 @@ absl::StatusOr<std::unique_ptr<DynamicBatcher>> DynamicBatcher::Create(
   std::sort(sorted.preferred_batch_sizes.begin(), sorted.preferred_batch_sizes.end());
   std::unique_ptr<DynamicBatcher> batcher(
       new DynamicBatcher(sorted, runner, std::move(graph_name)));
-  batcher->thread_ = std::thread([b = batcher.get()] { b->Loop(); });
+  batcher->thread_ = std::thread([b = batcher.get()] {
+    NameThisThread("cs-batcher");
+    b->Loop();
+  });
   return batcher;
 }
 

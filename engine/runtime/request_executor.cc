@@ -3,12 +3,16 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "engine/thread_name.h"
 
 namespace convserve {
 
 RequestExecutor::RequestExecutor(const RequestExecutorOptions& options) : options_(options) {
   for (int i = 0; i < std::max(options.threads, 1); ++i) {
-    workers_.emplace_back([this] { WorkerLoop(); });
+    workers_.emplace_back([this, i] {
+      NameThisThread(absl::StrCat(options_.thread_name, i));
+      WorkerLoop();
+    });
   }
 }
 

@@ -7,6 +7,7 @@
 
 #include <deque>
 #include <functional>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -21,6 +22,8 @@ struct RequestExecutorOptions {
   int threads = 2;
   // Requests waiting for a worker before new ones are rejected.
   int max_queued = 256;
+  // Name of the worker threads (engine/thread_name.h), numbered from 0.
+  std::string thread_name = "cs-request";
 };
 
 class RequestExecutor {

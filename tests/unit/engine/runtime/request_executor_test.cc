@@ -1,16 +1,20 @@
 // RequestExecutor: everything submitted runs once, on its threads, in
 // parallel; Drain returns only after what is queued and running (and what
 // it holds) is gone, and refuses later tasks; a full queue refuses at once;
-// the destructor runs what is still queued.
+// the destructor runs what is still queued; its threads carry the name
+// asked for, numbered.
 #include "engine/runtime/request_executor.h"
 
 #include <atomic>
 #include <memory>
+#include <set>
+#include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
+#include "engine/thread_name.h"
 #include "gtest/gtest.h"
 
 namespace convserve {
@@ -128,6 +132,42 @@ TEST(RequestExecutorTest, DestructorRunsWhatIsQueued) {
     release.Notify();
   }
   EXPECT_EQ(ran.load(), 100);
+}
+
+TEST(RequestExecutorTest, ThreadsCarryTheirNumberedName) {
+  RequestExecutorOptions options = Threads(2);
+  options.thread_name = "cs-test";
+  RequestExecutor executor(options);
+  absl::Mutex mu;
+  std::set<std::string> names;
+  int started = 0;
+  // Both tasks wait for each other, so each runs on its own thread.
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(executor
+                    .Submit([&] {
+                      absl::MutexLock lock(&mu);
+                      names.insert(ThisThreadName());
+                      ++started;
+                      mu.Await(absl::Condition(
+                          +[](int* n) { return *n == 2; }, &started));
+                    })
+                    .ok());
+  }
+  executor.Drain();
+  EXPECT_EQ(names, (std::set<std::string>{"cs-test0", "cs-test1"}));
+}
+
+TEST(ThreadNameTest, LongNamesAreCutToWhatTheKernelKeeps) {
+  std::string seen_short, seen_long;
+  std::thread([&] {
+    NameThisThread("cs-gpu0-w1");
+    seen_short = ThisThreadName();
+    NameThisThread("a-name-longer-than-fifteen-bytes");
+    seen_long = ThisThreadName();
+  }).join();
+  EXPECT_EQ(seen_short, "cs-gpu0-w1");
+  EXPECT_EQ(seen_long, "a-name-longer-t");
+  EXPECT_EQ(seen_long.size(), kMaxThreadNameBytes);
 }
 
 }  // namespace
