@@ -59,6 +59,8 @@ measure() {
 import csv, re, sys, urllib.request
 row = list(csv.DictReader(open(sys.argv[1])))[-1]
 page = urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[2]}/metrics", timeout=5).read().decode()
+# Kept beside the load log: the batch size and queue delay histograms.
+open(sys.argv[1].replace(".csv", ".metrics.txt"), "w").write(page)
 def total(metric):
     return sum(float(line.split()[-1]) for line in page.splitlines()
                if re.match(metric + r"(\{| )", line))
