@@ -2,7 +2,10 @@
 # NVIDIA's perf_analyzer beside convserve-load, on a GPU host from a bundle
 # (scripts/bundle.sh): one default-flag server, one graph and input shape,
 # closed loop at concurrency 1 and 16 over KServe gRPC, once with tensors in
-# the messages and once in system shared memory. perf_analyzer comes from the
+# the messages and once in system shared memory; then at concurrency 64 with
+# the tensors in CUDA shared memory (issue 11's GPU-busy row), perf_analyzer
+# synchronous and --async beside convserve-load, with the GPU's busy share
+# (nvidia-smi) of each run. perf_analyzer comes from the
 # wheel `scripts/setup.sh --perf-analyzer` downloads (the GPU host reaches no
 # registry; the binary needs glibc >= 2.38, so it does not run on Debian 12).
 # Prints perf_analyzer's table, then convserve-load's; logs go to $OUT.
@@ -105,6 +108,18 @@ cl() {
   echo "convserve-load $name rc=$?"
 }
 
+# busy TOOL NAME CONCURRENCY FLAGS...: TOOL (pa or cl) while nvidia-smi
+# samples the GPU's utilization every 100 ms into $out/busy_TOOL_NAME.txt.
+busy() {
+  local tool=$1 name=$2 smi
+  nvidia-smi --query-gpu=utilization.gpu --format=csv,noheader,nounits -lms 100 \
+    > "$out/busy_${tool}_$name.txt" 2>/dev/null &
+  smi=$!
+  "$@"
+  kill $smi 2>/dev/null
+  wait $smi 2>/dev/null
+}
+
 for c in 1 16; do
   pa "msg_c$c" "$c" --measurement-mode count_windows \
     --measurement-request-count "${MESSAGE_WINDOW_REQUESTS:-1000}"
@@ -112,48 +127,64 @@ for c in 1 16; do
   cl "msg_c$c" "$c"
   cl "sys_c$c" "$c" --shared_memory=system
 done
+busy pa cuda_c64 64 --shared-memory cuda --output-shared-memory-size "$output_bytes"
+busy pa cuda_async_c64 64 --shared-memory cuda --output-shared-memory-size "$output_bytes" --async
+busy cl cuda_c64 64 --shared_memory=cuda
 
 python3 - "$out" <<'PY'
 import csv, os, sys
 out = sys.argv[1]
 rows = []
-for tool, prefix in (("perf_analyzer", "pa"), ("convserve-load", "cl")):
-    for transport, tag in (("message", "msg"), ("system shm", "sys")):
-        for c in (1, 16):
-            path = os.path.join(out, "%s_%s_c%d.csv" % (prefix, tag, c))
-            row = {"tool": tool, "transport": transport, "concurrency": c}
-            try:
-                with open(path) as f:
-                    data = list(csv.DictReader(f))
-                last = data[-1]
-                if prefix == "pa":  # microseconds
-                    row["rps"] = float(last["Inferences/Second"])
-                    for q in ("p50", "p90", "p99"):
-                        row[q] = float(last["%s latency" % q]) / 1000
-                else:
-                    row["rps"] = float(last["throughput_rps"])
-                    for q in ("p50", "p90", "p99"):
-                        row[q] = float(last["latency_%s_ms" % q])
-            except Exception as e:  # a failed run shows as a row with its reason
-                row["error"] = "%s: %s" % (type(e).__name__, e)
-                log = os.path.join(out, "%s_%s_c%d.log" % (prefix, tag, c))
-                if os.path.exists(log):
-                    for line in open(log):
-                        if line.startswith("watchdog:"):  # perf_analyzer's own memory
-                            row["error"] = "perf_analyzer " + line.strip()
-                            break
-                        if " rc=" in line and "peak resident memory" in line:
-                            row["error"] = line.strip()
-            rows.append(row)
-print("%-15s %-11s %11s %10s %8s %8s %8s" % ("tool", "transport", "concurrency", "infer/s",
-                                             "p50 ms", "p90 ms", "p99 ms"))
+runs = [(tool, prefix, transport, tag, c)
+        for tool, prefix in (("perf_analyzer", "pa"), ("convserve-load", "cl"))
+        for transport, tag in (("message", "msg"), ("system shm", "sys"))
+        for c in (1, 16)]
+runs += [("perf_analyzer", "pa", "CUDA shm", "cuda", 64),
+         ("perf_analyzer --async", "pa", "CUDA shm", "cuda_async", 64),
+         ("convserve-load", "cl", "CUDA shm", "cuda", 64)]
+for tool, prefix, transport, tag, c in runs:
+    path = os.path.join(out, "%s_%s_c%d.csv" % (prefix, tag, c))
+    row = {"tool": tool, "transport": transport, "concurrency": c}
+    samples = os.path.join(out, "busy_%s_%s_c%d.txt" % (prefix, tag, c))
+    if os.path.exists(samples):
+        util = [float(x) for x in open(samples) if x.strip()]
+        if util:
+            row["busy"] = "%.0f%%" % (sum(util) / len(util))
+    try:
+        with open(path) as f:
+            data = list(csv.DictReader(f))
+        last = data[-1]
+        if prefix == "pa":  # microseconds
+            row["rps"] = float(last["Inferences/Second"])
+            for q in ("p50", "p90", "p99"):
+                row[q] = float(last["%s latency" % q]) / 1000
+        else:
+            row["rps"] = float(last["throughput_rps"])
+            for q in ("p50", "p90", "p99"):
+                row[q] = float(last["latency_%s_ms" % q])
+    except Exception as e:  # a failed run shows as a row with its reason
+        row["error"] = "%s: %s" % (type(e).__name__, e)
+        log = os.path.join(out, "%s_%s_c%d.log" % (prefix, tag, c))
+        if os.path.exists(log):
+            for line in open(log):
+                if line.startswith("watchdog:"):  # perf_analyzer's own memory
+                    row["error"] = "perf_analyzer " + line.strip()
+                    break
+                if " rc=" in line and "peak resident memory" in line:
+                    row["error"] = line.strip()
+    rows.append(row)
+print("%-21s %-11s %11s %10s %8s %8s %8s %9s" % ("tool", "transport", "concurrency", "infer/s",
+                                                  "p50 ms", "p90 ms", "p99 ms", "GPU busy"))
 for r in rows:
     if "error" in r:
-        print("%-15s %-11s %11d   no result (%s)" % (r["tool"], r["transport"],
+        print("%-21s %-11s %11d   no result (%s)" % (r["tool"], r["transport"],
                                                      r["concurrency"], r["error"]))
     else:
-        print("%-15s %-11s %11d %10.1f %8.3f %8.3f %8.3f" % (
-            r["tool"], r["transport"], r["concurrency"], r["rps"], r["p50"], r["p90"], r["p99"]))
+        print("%-21s %-11s %11d %10.1f %8.3f %8.3f %8.3f %9s" % (
+            r["tool"], r["transport"], r["concurrency"], r["rps"], r["p50"], r["p90"], r["p99"],
+            r.get("busy", "-")))
+print("GPU busy: nvidia-smi utilization.gpu, mean of 100 ms samples over the run (64-in-flight "
+      "rows only; issue 11's target is >= 60% with CUDA shared memory)")
 PY
 echo "--- perf_analyzer's own summary (server-side figures come from ModelStatistics)"
 for f in "$out"/pa_*.log; do echo "== $(basename "$f")"; sed -n '/Client:/,$p' "$f"; done
