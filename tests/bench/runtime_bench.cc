@@ -10,6 +10,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -27,6 +28,18 @@ ABSL_FLAG(double, seconds, 4, "seconds per throughput level");
 
 namespace convserve {
 namespace {
+
+// The benchmark stops at the first failed call: figures over failed requests
+// would be wrong, not slow.
+void Must(const absl::Status& status, const char* what) {
+  if (status.ok()) return;
+  std::fprintf(stderr, "runtime_bench: %s: %s\n", what, status.ToString().c_str());
+  std::exit(1);
+}
+template <typename T>
+void Must(const absl::StatusOr<T>& result, const char* what) {
+  Must(result.status(), what);
+}
 
 // Forwards to the real runner and keeps every request's server-side timings.
 class RecordingRunner : public RequestRunner {
@@ -156,7 +169,7 @@ int Run() {
   if (!graph.ok()) return 2;
   graph->set_data_type(v1::FLOAT16);
   graph->set_layout(v1::NHWC);
-  FillParameters(1, true, &*graph);
+  Must(FillParameters(1, true, &*graph), "filling the weights");
   const int layers = graph->layers_size();
 
   std::printf("== cold plan build per layer (first request of a shape, 1 worker, GPU 0), %s "
@@ -170,13 +183,13 @@ int Run() {
       ClientOptions co;
       co.address = s.server->address();
       ConvServeClient client(co);
-      client.LoadGraph(*graph);
+      Must(client.LoadGraph(*graph), "LoadGraph");
       const v1::InferRequest request = Request(*graph, shape);
-      client.Infer(request);
+      Must(client.Infer(request), "Infer");
       const double cold = s.runner->Take()[0].build;
       std::vector<double> warm;
       for (int i = 0; i < 50; ++i) {
-        client.Infer(request);
+        Must(client.Infer(request), "Infer");
         warm.push_back(s.runner->Take()[0].build);
       }
       std::printf("%-10s %-16s %14.2f %18.2f\n", EngineSearchName(search),
@@ -188,19 +201,19 @@ int Run() {
   ClientOptions co;
   co.address = s.server->address();
   ConvServeClient client(co);
-  client.LoadGraph(*graph);
+  Must(client.LoadGraph(*graph), "LoadGraph");
   std::printf("\n== latency breakdown, autotune, median of 200 sequential requests (us)\n");
   std::printf("%-16s %8s %8s %8s %8s %8s %8s %10s\n", "input", "e2e", "queue", "plan", "h2d",
               "compute", "d2h", "grpc+rest");
   for (const std::vector<int64_t>& shape :
        std::vector<std::vector<int64_t>>{{1, 3, 32, 32}, {32, 3, 224, 224}}) {
     const v1::InferRequest request = Request(*graph, shape);
-    for (int i = 0; i < 20; ++i) client.Infer(request);
+    for (int i = 0; i < 20; ++i) Must(client.Infer(request), "Infer");
     s.runner->Take();
     std::vector<double> e2e;
     for (int i = 0; i < 200; ++i) {
       const auto start = std::chrono::steady_clock::now();
-      client.Infer(request);
+      Must(client.Infer(request), "Infer");
       e2e.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     }
     std::vector<InferTimings> t = s.runner->Take();
@@ -246,9 +259,9 @@ int Run() {
       ClientOptions one_options;
       one_options.address = one.server->address();
       ConvServeClient loader(one_options);
-      loader.LoadGraph(*graph);
+      Must(loader.LoadGraph(*graph), "LoadGraph");
       const v1::InferRequest request = Request(*graph, shape);
-      for (int w = 0; w < 4 * workers; ++w) loader.Infer(request);  // plans on every worker
+      for (int w = 0; w < 4 * workers; ++w) Must(loader.Infer(request), "Infer");  // plans on every worker
       const Throughput t = Measure(one_options, request, 64);
       std::printf("%-16s %8d %12.0f %12.2f\n", absl::StrJoin(shape, "x").c_str(), workers,
                   t.requests_per_second, t.p50_ms);
