@@ -261,7 +261,8 @@ int Run() {
       ConvServeClient loader(one_options);
       Must(loader.LoadGraph(*graph), "LoadGraph");
       const v1::InferRequest request = Request(*graph, shape);
-      for (int w = 0; w < 4 * workers; ++w) Must(loader.Infer(request), "Infer");  // plans on every worker
+      // Plans on every worker first.
+      for (int w = 0; w < 4 * workers; ++w) Must(loader.Infer(request), "Infer");
       const Throughput t = Measure(one_options, request, 64);
       std::printf("%-16s %8d %12.0f %12.2f\n", absl::StrJoin(shape, "x").c_str(), workers,
                   t.requests_per_second, t.p50_ms);
