@@ -12,8 +12,8 @@ pid=${1:?usage: thread_cpu.sh PID [SECONDS]}
 seconds=${2:-2}
 ticks=$(getconf CLK_TCK)
 
-# snapshot: "tid name utime+stime" per thread (name without digits at the
-# end, so numbered threads sum together; the name may hold spaces).
+# snapshot: "PID TID NAME TICKS" per thread (the path's two numbers, the name
+# with its spaces made underscores, utime + stime in clock ticks).
 snapshot() {
   local stat line
   for stat in /proc/"$pid"/task/*/stat; do
@@ -37,7 +37,7 @@ awk -v seconds="$seconds" -v ticks="$ticks" -v requests="${REQUESTS:-0}" '
     key = $1 " " $2
     used = $4 - ((key in start) ? start[key] : 0)
     name = $3
-    sub(/[0-9]+$/, "", name)
+    sub(/[0-9]+$/, "", name)  # numbered threads (cs-answer0, cs-answer1) sum together
     cpu[name] += used; threads[name]++; total += used
   }
   END {
