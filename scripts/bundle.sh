@@ -17,7 +17,7 @@ binaries=(convserve-server convserve-prober convserve-load convserve-health
           tests/direct_conv_gpu_test tests/gpu_fault_test tests/gpu_random_graph_oracle_test
           tests/sigterm_during_traffic_test tests/unload_during_traffic_test
           tests/conv_layer_bench tests/runtime_bench tests/plan_cache_bench tests/stack_bench
-          tests/rpc_floor_bench)
+          tests/rpc_floor_bench tests/grpc_threading_bench)
 if [ $# -gt 2 ]; then binaries=("${@:3}"); fi
 
 rm -rf "$out"
