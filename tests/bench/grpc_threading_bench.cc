@@ -130,6 +130,20 @@ class AsyncLive {
   bool answered_ = false;
 };
 
+// What --mode names: which API, whether its pollers ever sleep, and whether
+// the answer is handed to another thread.
+struct Mode {
+  const char* name;
+  bool completion_queues;
+  bool spin;
+  bool handoff;
+};
+constexpr Mode kModes[] = {{"callback", false, false, false},
+                           {"cq", true, false, false},
+                           {"cqspin", true, true, false},
+                           {"callback-handoff", false, false, true},
+                           {"cq-handoff", true, false, true}};
+
 void Poll(grpc::ServerCompletionQueue* queue, bool spin) {
   void* tag = nullptr;
   bool ok = false;
@@ -145,22 +159,25 @@ void Poll(grpc::ServerCompletionQueue* queue, bool spin) {
 }
 
 int Main() {
-  const std::string mode = absl::GetFlag(FLAGS_mode);
-  if (mode != "callback" && mode != "cq" && mode != "cqspin" && mode != "callback-handoff" &&
-      mode != "cq-handoff") {
+  const std::string name = absl::GetFlag(FLAGS_mode);
+  const Mode* mode = nullptr;
+  for (const Mode& m : kModes) {
+    if (name == m.name) mode = &m;
+  }
+  if (mode == nullptr) {
     std::fprintf(stderr,
                  "--mode must be callback, cq, cqspin, callback-handoff or cq-handoff, got '%s'\n",
-                 mode.c_str());
+                 name.c_str());
     return 2;
   }
   std::unique_ptr<Handoff> handoff;
-  if (mode == "callback-handoff" || mode == "cq-handoff") handoff = std::make_unique<Handoff>();
+  if (mode->handoff) handoff = std::make_unique<Handoff>();
   grpc::ServerBuilder builder;
   builder.AddListeningPort(absl::GetFlag(FLAGS_listen), grpc::InsecureServerCredentials());
   CallbackLive callback(handoff.get());
   GRPCInferenceService::AsyncService async;
   std::vector<std::unique_ptr<grpc::ServerCompletionQueue>> queues;
-  if (mode == "callback" || mode == "callback-handoff") {
+  if (!mode->completion_queues) {
     builder.RegisterService(&callback);
   } else {
     builder.RegisterService(&async);
@@ -177,9 +194,9 @@ int Main() {
   for (auto& queue : queues) {
     // Calls asked for ahead.
     for (int k = 0; k < 16; ++k) new AsyncLive(&async, queue.get(), handoff.get());
-    pollers.emplace_back(Poll, queue.get(), mode == "cqspin");
+    pollers.emplace_back(Poll, queue.get(), mode->spin);
   }
-  std::printf("serving ServerLive (%s) on %s\n", mode.c_str(), absl::GetFlag(FLAGS_listen).c_str());
+  std::printf("serving ServerLive (%s) on %s\n", mode->name, absl::GetFlag(FLAGS_listen).c_str());
   std::fflush(stdout);
   server->Wait();  // until killed
   return 0;
