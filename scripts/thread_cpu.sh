@@ -3,8 +3,10 @@
 # name (convserve names its own: cs-gpu0-w0 a GPU worker, cs-answer0 a
 # completion thread, cs-batcher, cs-cpu3, ...; gRPC's and other libraries'
 # threads keep theirs). Prints one line per name: threads, cores used (CPU
-# seconds per second) and, with REQUESTS (requests served in the interval),
-# CPU microseconds per request.
+# seconds per second), sleeps per second (voluntary context switches: each is
+# a wait that ended in a wake-up, the thread's own or another's hand-off)
+# and, with REQUESTS (requests served in the interval), CPU microseconds and
+# sleeps per request.
 #   scripts/thread_cpu.sh PID [SECONDS]
 #   REQUESTS=123456 scripts/thread_cpu.sh PID 2
 set -euo pipefail
@@ -12,18 +14,21 @@ pid=${1:?usage: thread_cpu.sh PID [SECONDS]}
 seconds=${2:-2}
 ticks=$(getconf CLK_TCK)
 
-# snapshot: "PID TID NAME TICKS" per thread (the path's two numbers, the name
-# with its spaces made underscores, utime + stime in clock ticks).
+# snapshot: "PID TID NAME TICKS SLEEPS" per thread (the path's two numbers,
+# the name with its spaces made underscores, utime + stime in clock ticks,
+# voluntary context switches).
 snapshot() {
-  local stat line
+  local stat line sleeps
   for stat in /proc/"$pid"/task/*/stat; do
     line=$(cat "$stat" 2>/dev/null) || continue
+    sleeps=$(sed -n 's/^voluntary_ctxt_switches:[[:space:]]*//p' "${stat%stat}status" \
+      2>/dev/null) || continue
     local name=${line#*(}
     name=${name%)*}
     local rest=${line##*) }
     # fields after the name: state is 1, utime 12, stime 13
     set -- $rest
-    echo "${stat//[^0-9]/ } ${name// /_} $(( ${12} + ${13} ))"
+    echo "${stat//[^0-9]/ } ${name// /_} $(( ${12} + ${13} )) ${sleeps:-0}"
   done
 }
 
@@ -32,29 +37,30 @@ before=$(snapshot)
 sleep "$seconds"
 after=$(snapshot)
 awk -v seconds="$seconds" -v ticks="$ticks" -v requests="${REQUESTS:-0}" '
-  FNR == NR { start[$1 " " $2] = $4; next }
+  FNR == NR { start[$1 " " $2] = $4; slept[$1 " " $2] = $5; next }
   {
     key = $1 " " $2
     used = $4 - ((key in start) ? start[key] : 0)
+    sleeps = $5 - ((key in slept) ? slept[key] : 0)
     name = $3
     sub(/[0-9]+$/, "", name)  # numbered threads (cs-answer0, cs-answer1) sum together
-    cpu[name] += used; threads[name]++; total += used
+    cpu[name] += used; nap[name] += sleeps; threads[name]++; total += used; naps += sleeps
+  }
+  function row(name, count, used, sleeps) {
+    printf "%-18s %7s %7.2f %9.0f", name, count, used / ticks / seconds, sleeps / seconds
+    if (requests > 0) {
+      printf " %12.1f %16.2f", used / ticks / requests * 1e6, sleeps / requests
+    }
+    printf "\n"
   }
   END {
-    printf "%-18s %7s %7s", "thread", "threads", "cores"
-    if (requests > 0) printf " %12s", "us/request"
+    printf "%-18s %7s %7s %9s", "thread", "threads", "cores", "sleeps/s"
+    if (requests > 0) printf " %12s %16s", "us/request", "sleeps/request"
     printf "\n"
     n = 0
     for (name in cpu) order[n++] = name
     for (i = 0; i < n; i++) for (j = i + 1; j < n; j++)
       if (cpu[order[j]] > cpu[order[i]]) { t = order[i]; order[i] = order[j]; order[j] = t }
-    for (i = 0; i < n; i++) {
-      name = order[i]
-      printf "%-18s %7d %7.2f", name, threads[name], cpu[name] / ticks / seconds
-      if (requests > 0) printf " %12.1f", cpu[name] / ticks / requests * 1e6
-      printf "\n"
-    }
-    printf "%-18s %7s %7.2f", "total", "", total / ticks / seconds
-    if (requests > 0) printf " %12.1f", total / ticks / requests * 1e6
-    printf "\n"
+    for (i = 0; i < n; i++) row(order[i], threads[order[i]], cpu[order[i]], nap[order[i]])
+    row("total", "", total, naps)
   }' <(echo "$before") <(echo "$after")
