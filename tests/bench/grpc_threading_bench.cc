@@ -7,7 +7,12 @@
 //   cqspin    the same, each thread polling its queue without ever blocking;
 //   callback-handoff, cq-handoff
 //             as callback and cq, but the answer (Finish) is given by another
-//             thread that polls for it, as convserve's GPU workers answer.
+//             thread that polls for it, as convserve's GPU workers answer;
+//   mixed-cqspin
+//             as cqspin for ServerLive, with another method (ServerReady) on
+//             the callback API: gRPC's callback threads then exist and keep
+//             the poller's role, as they would in a server that moved only
+//             its hot method onto a queue.
 // Clients: rpc_floor_bench (round trips one at a time) or any KServe client;
 // docs/runtime.md reads the server's CPU per call from /proc.
 //   grpc_threading_bench --mode=cq --threads=2 --listen=127.0.0.1:8199
@@ -29,8 +34,8 @@
 #include "inference/grpc_predict_v2.grpc.pb.h"
 
 ABSL_FLAG(std::string, mode, "callback",
-          "callback, cq, cqspin, callback-handoff or cq-handoff");
-ABSL_FLAG(int, threads, 2, "cq and cqspin: threads, one completion queue each");
+          "callback, cq, cqspin, callback-handoff, cq-handoff or mixed-cqspin");
+ABSL_FLAG(int, threads, 2, "cq, cqspin, mixed-cqspin: threads, one completion queue each");
 ABSL_FLAG(std::string, listen, "127.0.0.1:8199", "address to serve");
 
 namespace convserve {
@@ -94,17 +99,32 @@ class CallbackLive final : public GRPCInferenceService::CallbackService {
   Handoff* const handoff_;
 };
 
-// One ServerLive call of the completion-queue server: asked for, then
-// answered, then deleted; its own tag throughout.
-class AsyncLive {
+// ServerLive on completion queues, the rest (ServerReady here) on the
+// callback API, as a server that moved only its hot method would be.
+// (gRPC 1.51 keeps a callback method's handler when it is marked async: the
+// async marking goes innermost.)
+using MixedService = GRPCInferenceService::WithCallbackMethod_ServerReady<
+    GRPCInferenceService::WithAsyncMethod_ServerLive<GRPCInferenceService::Service>>;
+
+// A completion-queue tag.
+class Tag {
  public:
-  AsyncLive(GRPCInferenceService::AsyncService* service, grpc::ServerCompletionQueue* queue,
-            Handoff* handoff)
+  virtual ~Tag() = default;
+  // The queue returned this tag.
+  virtual void Proceed(bool ok) = 0;
+};
+
+// One ServerLive call of a completion-queue server (of `Service`: all
+// methods on queues, or mixed): asked for, then answered, then deleted; its
+// own tag throughout.
+template <typename Service>
+class AsyncLive final : public Tag {
+ public:
+  AsyncLive(Service* service, grpc::ServerCompletionQueue* queue, Handoff* handoff)
       : service_(service), queue_(queue), handoff_(handoff), writer_(&context_) {
     service_->RequestServerLive(&context_, &request_, &writer_, queue_, queue_, this);
   }
-  // The queue returned this call's tag.
-  void Proceed(bool ok) {
+  void Proceed(bool ok) override {
     if (answered_ || !ok) {  // answered, or the server is shutting down
       delete this;
       return;
@@ -120,7 +140,7 @@ class AsyncLive {
   }
 
  private:
-  GRPCInferenceService::AsyncService* const service_;
+  Service* const service_;
   grpc::ServerCompletionQueue* const queue_;
   Handoff* const handoff_;
   grpc::ServerContext context_;
@@ -137,12 +157,14 @@ struct Mode {
   bool completion_queues;
   bool spin;
   bool handoff;
+  bool mixed;  // ServerLive on queues, other methods on the callback API
 };
-constexpr Mode kModes[] = {{"callback", false, false, false},
-                           {"cq", true, false, false},
-                           {"cqspin", true, true, false},
-                           {"callback-handoff", false, false, true},
-                           {"cq-handoff", true, false, true}};
+constexpr Mode kModes[] = {{"callback", false, false, false, false},
+                           {"cq", true, false, false, false},
+                           {"cqspin", true, true, false, false},
+                           {"callback-handoff", false, false, true, false},
+                           {"cq-handoff", true, false, true, false},
+                           {"mixed-cqspin", true, true, false, true}};
 
 void Poll(grpc::ServerCompletionQueue* queue, bool spin) {
   void* tag = nullptr;
@@ -152,10 +174,10 @@ void Poll(grpc::ServerCompletionQueue* queue, bool spin) {
       const grpc::CompletionQueue::NextStatus status =
           queue->AsyncNext(&tag, &ok, gpr_time_0(GPR_CLOCK_MONOTONIC));
       if (status == grpc::CompletionQueue::SHUTDOWN) return;
-      if (status == grpc::CompletionQueue::GOT_EVENT) static_cast<AsyncLive*>(tag)->Proceed(ok);
+      if (status == grpc::CompletionQueue::GOT_EVENT) static_cast<Tag*>(tag)->Proceed(ok);
     }
   }
-  while (queue->Next(&tag, &ok)) static_cast<AsyncLive*>(tag)->Proceed(ok);
+  while (queue->Next(&tag, &ok)) static_cast<Tag*>(tag)->Proceed(ok);
 }
 
 int Main() {
@@ -166,7 +188,8 @@ int Main() {
   }
   if (mode == nullptr) {
     std::fprintf(stderr,
-                 "--mode must be callback, cq, cqspin, callback-handoff or cq-handoff, got '%s'\n",
+                 "--mode must be callback, cq, cqspin, callback-handoff, cq-handoff or "
+                 "mixed-cqspin, got '%s'\n",
                  name.c_str());
     return 2;
   }
@@ -176,11 +199,16 @@ int Main() {
   builder.AddListeningPort(absl::GetFlag(FLAGS_listen), grpc::InsecureServerCredentials());
   CallbackLive callback(handoff.get());
   GRPCInferenceService::AsyncService async;
+  MixedService mixed;
   std::vector<std::unique_ptr<grpc::ServerCompletionQueue>> queues;
   if (!mode->completion_queues) {
     builder.RegisterService(&callback);
   } else {
-    builder.RegisterService(&async);
+    if (mode->mixed) {
+      builder.RegisterService(&mixed);
+    } else {
+      builder.RegisterService(&async);
+    }
     for (int i = 0; i < std::max(absl::GetFlag(FLAGS_threads), 1); ++i) {
       queues.push_back(builder.AddCompletionQueue());
     }
@@ -193,7 +221,13 @@ int Main() {
   std::vector<std::thread> pollers;
   for (auto& queue : queues) {
     // Calls asked for ahead.
-    for (int k = 0; k < 16; ++k) new AsyncLive(&async, queue.get(), handoff.get());
+    for (int k = 0; k < 16; ++k) {
+      if (mode->mixed) {
+        new AsyncLive<MixedService>(&mixed, queue.get(), handoff.get());
+      } else {
+        new AsyncLive<GRPCInferenceService::AsyncService>(&async, queue.get(), handoff.get());
+      }
+    }
     pollers.emplace_back(Poll, queue.get(), mode->spin);
   }
   std::printf("serving ServerLive (%s) on %s\n", mode->name, absl::GetFlag(FLAGS_listen).c_str());
