@@ -40,7 +40,7 @@ bool SameBatching(const DynamicBatchingOptions& a, const DynamicBatchingOptions&
   std::sort(preferred_b.begin(), preferred_b.end());
   if (a.max_batch_size == 0 && b.max_batch_size == 0) return true;  // off either way
   return a.max_batch_size == b.max_batch_size && a.max_queue_delay == b.max_queue_delay &&
-         preferred_a == preferred_b;
+         preferred_a == preferred_b && a.dispatch_when_idle == b.dispatch_when_idle;
 }
 
 std::string DescribeBatching(const DynamicBatchingOptions& b) {
@@ -50,7 +50,8 @@ std::string DescribeBatching(const DynamicBatchingOptions& b) {
                       b.preferred_batch_sizes.empty()
                           ? ""
                           : absl::StrCat(", preferred ",
-                                         absl::StrJoin(b.preferred_batch_sizes, ",")));
+                                         absl::StrJoin(b.preferred_batch_sizes, ",")),
+                      b.dispatch_when_idle ? "" : ", the delay waited out when idle");
 }
 
 // Warm-up shapes one LoadGraph may name: each costs a plan per layer on

@@ -98,6 +98,10 @@ ABSL_FLAG(int64_t, max_queue_delay_microseconds, 0,
           "dynamic batching: how long the oldest waiting request may be held for batch-mates "
           "when no preferred size can be formed; 0 joins only requests already waiting, "
           "costing no latency at low load");
+ABSL_FLAG(bool, batch_dispatch_when_idle, true,
+          "dynamic batching: when none of a graph's batches is running, what waits is sent at "
+          "once, so requests wait for batch-mates only while the GPU is busy with the graph; "
+          "false: Triton's rule (the delay is waited out even with the GPU idle)");
 ABSL_FLAG(std::vector<std::string>, preferred_batch_sizes, {},
           "dynamic batching: batch sizes to cut at when reachable, e.g. 8,16; empty = as large "
           "as possible");
@@ -285,6 +289,7 @@ int Run() {
     options.default_batching.preferred_batch_sizes.push_back(value);
   }
   options.default_batching.max_queued = absl::GetFlag(FLAGS_max_queued_requests);
+  options.default_batching.dispatch_when_idle = absl::GetFlag(FLAGS_batch_dispatch_when_idle);
   if (absl::Status valid = ValidateDynamicBatching(options.default_batching); !valid.ok()) {
     spdlog::critical("cannot start: --max_batch_size, --max_queue_delay_microseconds, "
                      "--preferred_batch_sizes: {}",

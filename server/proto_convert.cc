@@ -198,6 +198,7 @@ DynamicBatchingOptions DynamicBatchingFromProto(const v1::DynamicBatching& proto
     batching.preferred_batch_sizes.assign(proto.preferred_batch_size().begin(),
                                           proto.preferred_batch_size().end());
   }
+  if (proto.has_dispatch_when_idle()) batching.dispatch_when_idle = proto.dispatch_when_idle();
   return batching;
 }
 
@@ -207,6 +208,7 @@ void DynamicBatchingToProto(const DynamicBatchingOptions& batching, v1::DynamicB
   for (int64_t size : batching.preferred_batch_sizes) {
     proto->add_preferred_batch_size(static_cast<int32_t>(size));
   }
+  proto->set_dispatch_when_idle(batching.dispatch_when_idle);
 }
 
 void GraphInfoToProto(const Graph& graph, v1::GraphInfo* info,

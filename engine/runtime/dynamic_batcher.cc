@@ -140,7 +140,8 @@ namespace {
 
 // The batch to form from `queue` now, by Triton's rules: the indices of its
 // calls (the oldest first), or none when it should wait for more. `force`
-// (closing) sends what there is without waiting.
+// (closing, or nothing of the graph in flight) sends what there is without
+// waiting.
 std::vector<size_t> FormBatch(const std::deque<Queued>& queue,
                               const DynamicBatchingOptions& options, bool force,
                               absl::Time now) {
@@ -219,7 +220,10 @@ void DynamicBatcher::Loop() {
         }
         std::vector<size_t> taken;
         if (state.closed || state.inflight < limit) {
-          taken = FormBatch(state.queue, options_, state.closed, now);
+          // Waiting for batch-mates pays only while a batch runs: with none
+          // in flight the runner would sit idle for this graph meanwhile.
+          const bool idle = options_.dispatch_when_idle && state.inflight == 0;
+          taken = FormBatch(state.queue, options_, state.closed || idle, now);
         }
         if (taken.empty()) {
           // Wait for a slot, a new request, the oldest one's delay to run

@@ -6,8 +6,9 @@
 // in flight until the runner answers its first call), from the
 // oldest request and the later ones of its shape, in arrival order, up to
 // max_batch_size: cut at the largest preferred size it can reach; else sent
-// as it is once it is full or the oldest request has waited
-// max_queue_delay (0: at once, so only what queued meanwhile is joined).
+// as it is once it is full, the oldest request has waited max_queue_delay
+// (0: at once, so only what queued meanwhile is joined), or (with
+// dispatch_when_idle) none of the graph's batches is in flight.
 // docs/runtime.md, "Dynamic batching". Thread-safe.
 #ifndef CONVSERVE_ENGINE_RUNTIME_DYNAMIC_BATCHER_H_
 #define CONVSERVE_ENGINE_RUNTIME_DYNAMIC_BATCHER_H_
@@ -40,6 +41,11 @@ struct DynamicBatchingOptions {
   std::vector<int64_t> preferred_batch_sizes;
   // Requests waiting in the batcher before new ones get RESOURCE_EXHAUSTED.
   int max_queued = 256;
+  // When none of the graph's batches is in flight, what waits is sent at
+  // once: requests wait for batch-mates (at most max_queue_delay) only while
+  // the runner is busy with the graph anyway. false: Triton's rule (the delay
+  // is waited out even then).
+  bool dispatch_when_idle = true;
 };
 
 // INVALID_ARGUMENT saying which setting is wrong (negative sizes or delay,

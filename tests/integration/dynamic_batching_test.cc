@@ -136,6 +136,7 @@ TEST_F(DynamicBatchingTest, LoadGraphSettingsShowInGetGraphAndModelConfig) {
   EXPECT_EQ(graph->dynamic_batching().max_batch_size(), 8);
   EXPECT_EQ(graph->dynamic_batching().max_queue_delay_microseconds(), 500);
   EXPECT_THAT(graph->dynamic_batching().preferred_batch_size(), ElementsAre(2, 4));
+  EXPECT_TRUE(graph->dynamic_batching().dispatch_when_idle());  // the server's default
   absl::StatusOr<v1::GraphInfo> alone = client_->GetGraph(kAlone);
   ASSERT_TRUE(alone.ok()) << alone.status();
   EXPECT_FALSE(alone->has_dynamic_batching());
@@ -170,6 +171,12 @@ TEST_F(DynamicBatchingTest, LoadGraphSettingsShowInGetGraphAndModelConfig) {
   loaded = client_->LoadGraph(LoadRequest(kBatched, 16));
   EXPECT_EQ(loaded.status().code(), absl::StatusCode::kFailedPrecondition) << loaded.status();
   EXPECT_TRUE(absl::StrContains(loaded.status().message(), "unload it first"))
+      << loaded.status();
+  v1::LoadGraphRequest triton_rule = LoadRequest(kBatched, 8, 500, {2, 4});
+  triton_rule.mutable_dynamic_batching()->set_dispatch_when_idle(false);
+  loaded = client_->LoadGraph(triton_rule);
+  EXPECT_EQ(loaded.status().code(), absl::StatusCode::kFailedPrecondition) << loaded.status();
+  EXPECT_TRUE(absl::StrContains(loaded.status().message(), "the delay waited out when idle"))
       << loaded.status();
   // Bad settings name what to change.
   loaded = client_->LoadGraph(LoadRequest("bad", 4, 0, {8}));
@@ -328,10 +335,12 @@ TEST_F(DynamicBatchingTest, BadRequestsDoNotFailTheirBatchMates) {
   EXPECT_EQ(figures.batch_stats(1).batch_size(), 2);
 }
 
-// Requests waiting out a long max_queue_delay are run, not dropped, when the
-// server shuts down.
+// Requests waiting out a long max_queue_delay (Triton's rule: waited out
+// with the runner idle too) are run, not dropped, when the server shuts down.
 TEST_F(DynamicBatchingTest, ShutdownAnswersRequestsWaitingForBatchMates) {
-  ASSERT_TRUE(client_->LoadGraph(LoadRequest(kBatched, 16, 60'000'000)).ok());
+  v1::LoadGraphRequest load = LoadRequest(kBatched, 16, 60'000'000);
+  load.mutable_dynamic_batching()->set_dispatch_when_idle(false);
+  ASSERT_TRUE(client_->LoadGraph(load).ok());
   gate_->Open();
   std::vector<absl::StatusOr<inference::ModelInferResponse>> results(
       3, absl::UnknownError("not answered"));

@@ -1,8 +1,9 @@
 // DynamicBatcher in front of the CPU BackendRunner: waiting requests are
 // joined into one execution (counted by the runner's execution events),
 // outputs split back byte-identical to running alone, one request's failure
-// isolated, max_queue_delay, preferred and max batch sizes honoured, mixed
-// shapes kept apart, cancelled requests answered while queued, Close hands
+// isolated, max_queue_delay, preferred and max batch sizes honoured, waiting
+// only while a batch runs (dispatch_when_idle) or Triton's way, mixed shapes
+// kept apart, cancelled requests answered while queued, Close hands
 // everything on. Requests are made to wait with a gate on the backend's runs
 // (a blocker request holds the only worker), never with sleeps.
 #include "engine/runtime/dynamic_batcher.h"
@@ -96,16 +97,21 @@ class Harness {
       executions_.push_back(event);
     });
   }
+  // A test that failed with runs still held lets them finish, so the runner
+  // can stop.
+  ~Harness() { gate_->Open(); }
 
+  // `when_idle`: dispatch_when_idle (the default); false for Triton's rule.
   std::unique_ptr<DynamicBatcher> Batcher(int64_t max_batch_size,
                                           absl::Duration delay = absl::ZeroDuration(),
                                           std::vector<int64_t> preferred = {},
-                                          int max_queued = 256) {
+                                          int max_queued = 256, bool when_idle = true) {
     DynamicBatchingOptions options;
     options.max_batch_size = max_batch_size;
     options.max_queue_delay = delay;
     options.preferred_batch_sizes = std::move(preferred);
     options.max_queued = max_queued;
+    options.dispatch_when_idle = when_idle;
     absl::StatusOr<std::unique_ptr<DynamicBatcher>> batcher =
         DynamicBatcher::Create(options, runner_.get(), "small");
     EXPECT_TRUE(batcher.ok()) << batcher.status();
@@ -321,11 +327,12 @@ TEST(DynamicBatcherTest, FailedJoinedRunRunsEachRequestAlone) {
   EXPECT_EQ(sizes, (std::vector<int64_t>{1, 1, 1}));
 }
 
+// Triton's rule (dispatch_when_idle off): a lone request waits the delay out.
 TEST(DynamicBatcherTest, WaitsMaxQueueDelayForBatchMates) {
   Harness harness(2, false);
   auto graph = SmallGraph();
   constexpr absl::Duration kDelay = absl::Milliseconds(150);
-  auto batcher = harness.Batcher(4, kDelay);
+  auto batcher = harness.Batcher(4, kDelay, {}, 256, /*when_idle=*/false);
   Outcome alone;
   const absl::Time sent = absl::Now();
   batcher->Submit(harness.Call(graph, {1, 3, 5, 7}, 500, &alone));
@@ -339,7 +346,7 @@ TEST(DynamicBatcherTest, WaitsMaxQueueDelayForBatchMates) {
 TEST(DynamicBatcherTest, FullBatchDoesNotWaitForTheDelay) {
   Harness harness(2, false);
   auto graph = SmallGraph();
-  auto batcher = harness.Batcher(4, absl::Seconds(60));
+  auto batcher = harness.Batcher(4, absl::Seconds(60), {}, 256, /*when_idle=*/false);
   std::vector<Outcome> outcomes(4);
   for (int i = 0; i < 4; ++i) batcher->Submit(harness.Call(graph, {1, 3, 5, 7}, 600 + i, &outcomes[i]));
   // With 60 s of delay, only a full batch is answered within the bound.
@@ -350,10 +357,48 @@ TEST(DynamicBatcherTest, FullBatchDoesNotWaitForTheDelay) {
   EXPECT_EQ(harness.batch_sizes(), (std::vector<int64_t>{4}));
 }
 
+// The default: with nothing of the graph in flight, a lone request goes at
+// once, however long the delay (60 s here, beyond the test's wait).
+TEST(DynamicBatcherTest, IdleRunnerTakesWhatWaitsAtOnce) {
+  Harness harness(2, false);
+  auto graph = SmallGraph();
+  auto batcher = harness.Batcher(4, absl::Seconds(60));
+  Outcome alone;
+  batcher->Submit(harness.Call(graph, {1, 3, 5, 7}, 550, &alone));
+  ASSERT_TRUE(alone.done.WaitForNotificationWithTimeout(kWait));
+  ASSERT_TRUE(alone.status.ok()) << alone.status;
+  EXPECT_LT(alone.timings.batch_delay, absl::ToDoubleSeconds(kWait));
+  EXPECT_EQ(harness.batch_sizes(), (std::vector<int64_t>{1}));
+}
+
+// The default, while a batch runs: later requests wait for batch-mates even
+// with a worker free, and go together the moment the running batch ends
+// (long before the 60 s delay).
+TEST(DynamicBatcherTest, WaitsForBatchMatesOnlyWhileABatchRuns) {
+  Harness harness(2);
+  auto graph = SmallGraph();
+  auto batcher = harness.Batcher(8, absl::Seconds(60));
+  std::vector<Outcome> outcomes(4);
+  batcher->Submit(harness.Call(graph, {1, 3, 5, 7}, 560, &outcomes[0]));
+  ASSERT_TRUE(harness.gate().AwaitHeld(1, kWait));  // running, held at the gate
+  for (int i = 1; i < 4; ++i) batcher->Submit(harness.Call(graph, {1, 3, 5, 7}, 560 + i, &outcomes[i]));
+  ASSERT_TRUE(AwaitQueued(*batcher, 3));
+  // The second worker is free, yet nothing more reaches the backend.
+  EXPECT_FALSE(harness.gate().AwaitHeld(2, absl::Milliseconds(200)));
+  EXPECT_EQ(batcher->queued(), 3);
+  harness.gate().Open();
+  for (Outcome& o : outcomes) {
+    ASSERT_TRUE(o.done.WaitForNotificationWithTimeout(kWait));
+    ASSERT_TRUE(o.status.ok()) << o.status;
+  }
+  EXPECT_EQ(harness.batch_sizes(), (std::vector<int64_t>{1, 3}));
+  EXPECT_EQ(outcomes[3].timings.batch_size, 3);
+}
+
 TEST(DynamicBatcherTest, CutsAtTheLargestReachablePreferredSize) {
   Harness harness(1);
   auto graph = SmallGraph();
-  auto batcher = harness.Batcher(8, absl::Seconds(60), {2, 4});
+  auto batcher = harness.Batcher(8, absl::Seconds(60), {2, 4}, 256, /*when_idle=*/false);
   std::vector<Outcome> outcomes(8);
   // The blocker waits its delay unless a preferred size forms: 1 + 1 = 2.
   batcher->Submit(harness.Call(graph, {1, 3, 5, 7}, 700, &outcomes[0]));
@@ -449,7 +494,7 @@ TEST(DynamicBatcherTest, AnswersRequestsCancelledWhileTheyWait) {
 TEST(DynamicBatcherTest, CloseHandsWaitingRequestsToTheRunner) {
   Harness harness(2, false);
   auto graph = SmallGraph();
-  auto batcher = harness.Batcher(8, absl::Seconds(60));
+  auto batcher = harness.Batcher(8, absl::Seconds(60), {}, 256, /*when_idle=*/false);
   std::vector<Outcome> outcomes(4);
   for (int i = 0; i < 3; ++i) batcher->Submit(harness.Call(graph, {1, 3, 5, 7}, 1100 + i, &outcomes[i]));
   ASSERT_TRUE(AwaitQueued(*batcher, 3));
