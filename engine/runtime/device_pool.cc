@@ -37,6 +37,23 @@ struct DevicePool::GraphResources {
   std::vector<std::unique_ptr<DeviceWeights>> weights;
 };
 
+namespace {
+
+// The quarantine keys of the engines of `plans` (one per layer, in order;
+// fewer plans than problems is fine): what a fault while running them
+// quarantines.
+std::vector<std::string> PlanQuarantineKeys(
+    const std::string& target_key, const std::vector<ConvLayerProblem>& problems,
+    const std::vector<std::shared_ptr<ConvLayerPlan>>& plans) {
+  std::vector<std::string> keys;
+  for (size_t i = 0; i < plans.size(); ++i) {
+    keys.push_back(QuarantineKey(target_key, problems[i], plans[i]->id()));
+  }
+  return keys;
+}
+
+}  // namespace
+
 struct DevicePool::Task {
   // One request, or the requests of a batch (InferBatch), run as one
   // execution with N the sum of theirs.
@@ -69,12 +86,8 @@ struct DevicePool::Task {
     return engines;
   }
   std::vector<std::string> QuarantineKeys(const std::string& target_key) const {
-    std::vector<std::string> keys;
-    if (fault_hook) return keys;
-    for (size_t i = 0; i < plans.size(); ++i) {
-      keys.push_back(QuarantineKey(target_key, (*problems)[i], plans[i]->id()));
-    }
-    return keys;
+    if (fault_hook) return {};
+    return PlanQuarantineKeys(target_key, *problems, plans);
   }
 
   // Answers every call with `status` (refused, or no GPU to run it).
@@ -191,6 +204,36 @@ inline void CpuRelax() {
 #elif defined(__aarch64__)
   asm volatile("yield");
 #endif
+}
+
+// A worker's device buffers for `layers` layers: the input (unless a CUDA
+// region is read in place), the ping-pong activations and the workspace.
+// Sets `*moved` when one was reallocated (captured graphs hold their
+// addresses).
+template <typename Worker>
+absl::Status GrowLayerBuffers(Worker& worker, size_t in_bytes, size_t activation_bytes,
+                              size_t layers, int64_t workspace, bool input_in_place,
+                              bool* moved) {
+  if (!input_in_place) RETURN_IF_ERROR(Grow(&worker.input, in_bytes, moved));
+  RETURN_IF_ERROR(Grow(&worker.ping, activation_bytes, moved));
+  if (layers > 1) RETURN_IF_ERROR(Grow(&worker.pong, activation_bytes, moved));
+  return Grow(&worker.workspace, static_cast<size_t>(workspace), moved);
+}
+
+// Layer i's buffers among `last` + 1: the first reads `first_input`, the
+// others the previous layer's output, alternating ping and pong; the last
+// writes `last_output` when not null (a CUDA region in place).
+template <typename Worker>
+ConvLayerBuffers LayerBuffers(const Worker& worker, const DeviceWeights& weights, size_t i,
+                              size_t last, const void* first_input, void* last_output) {
+  ConvLayerBuffers b;
+  b.x = i == 0 ? first_input : (i % 2 == 1 ? worker.ping.data() : worker.pong.data());
+  b.y = i == last && last_output != nullptr ? last_output
+                                            : (i % 2 == 0 ? worker.ping.data() : worker.pong.data());
+  b.w = weights.weights(i);
+  b.bias = weights.bias(i);
+  b.workspace = worker.workspace.data();
+  return b;
 }
 
 absl::StatusOr<double> ElapsedSeconds(const CudaEvent& from, const CudaEvent& to) {
@@ -895,22 +938,36 @@ absl::Status DevicePool::Warm(const std::shared_ptr<const Graph>& graph, const S
 }
 
 void DevicePool::RunWarmJob(Device& device, Worker& worker, WarmJob& job) {
+  const std::vector<ConvLayerProblem> problems =
+      MakeLayerProblems(*job.graph, job.input_shape, job.layer_outputs);
+  std::vector<std::shared_ptr<ConvLayerPlan>> plans;
+  bool launched = false;  // the layers ran (their engines are to blame for a fault)
   const auto run = [&]() -> absl::Status {
     if (device.lost.load()) return absl::OkStatus();  // another GPU's loss: nothing to serve
-    const std::vector<ConvLayerProblem> problems =
-        MakeLayerProblems(*job.graph, job.input_shape, job.layer_outputs);
     for (size_t i = 0; i < problems.size(); ++i) {
       if (job.cancelled && job.cancelled()) return absl::CancelledError("the warm-up was stopped");
       absl::StatusOr<std::shared_ptr<ConvLayerPlan>> plan =
           LayerPlan(device, worker, *job.graph, i, problems[i]);
       if (!plan.ok()) return plan.status();
+      plans.push_back(*std::move(plan));
     }
-    return absl::OkStatus();
+    launched = true;
+    return RunLayersOnce(device, worker, *job.graph, job.input_shape, job.layer_outputs,
+                         problems, plans);
   };
   absl::Status status = run();
   if (!status.ok() && status.code() != absl::StatusCode::kCancelled) {
     const cudaError_t own = cudaStreamSynchronize(worker.stream.get());
     if (IsStickyCudaError(own)) {
+      if (launched && !IsHardwareCudaError(own)) {
+        // As for a request (RunTask): else the restarted server would warm
+        // up, and fault, with the same engines again.
+        for (const std::string& key : PlanQuarantineKeys(device.target.Key(), problems, plans)) {
+          store_->Put("quarantine", key, absl::StrCat("faulted while warming up: ",
+                                                      status.message()))
+              .IgnoreError();
+        }
+      }
       MarkFailed(device, absl::StrCat(cudaGetErrorName(own), " while warming up graph '",
                                       job.graph->name(), "' input ",
                                       ShapeToString(job.input_shape), ": ", status.message()));
@@ -919,6 +976,42 @@ void DevicePool::RunWarmJob(Device& device, Worker& worker, WarmJob& job) {
                                                       worker.index, ": ", status.message()));
   }
   job.Finish(status);
+}
+
+absl::Status DevicePool::RunLayersOnce(Device& device, Worker& worker, const Graph& graph,
+                                       const Shape& input_shape,
+                                       const std::vector<Shape>& outputs,
+                                       const std::vector<ConvLayerProblem>& problems,
+                                       const std::vector<std::shared_ptr<ConvLayerPlan>>& plans) {
+  std::shared_ptr<GraphResources> resources;
+  {
+    absl::MutexLock lock(&graphs_mu_);
+    auto it = graphs_.find(graph.id());
+    if (it != graphs_.end()) resources = it->second;
+  }
+  // Unloaded meanwhile, or not on this GPU: nothing to warm.
+  if (resources == nullptr || resources->weights[device.slot] == nullptr) return absl::OkStatus();
+  const size_t element = DTypeSize(graph.spec().dtype);
+  int64_t largest = 0;
+  for (const Shape& shape : outputs) largest = std::max(largest, NumElements(shape));
+  const size_t in_bytes = NumElements(input_shape) * element;
+  int64_t workspace = 0;
+  for (const auto& plan : plans) workspace = std::max(workspace, plan->workspace_bytes());
+  bool moved = false;
+  RETURN_IF_ERROR(GrowLayerBuffers(worker, in_bytes, largest * element, problems.size(), workspace,
+                                   /*input_in_place=*/false, &moved));
+  if (moved) worker.graphs->Clear();
+  cudaStream_t stream = worker.stream.get();
+  CUDA_RETURN_IF_ERROR(cudaMemsetAsync(worker.input.data(), 0, in_bytes, stream));
+  const DeviceWeights& weights = *resources->weights[device.slot];
+  for (size_t i = 0; i < problems.size(); ++i) {
+    const ConvLayerBuffers buffers =
+        LayerBuffers(worker, weights, i, problems.size() - 1, worker.input.data(), nullptr);
+    if (!plans[i]->IsBoundTo(buffers)) RETURN_IF_ERROR(plans[i]->Bind(problems[i], buffers));
+    RETURN_IF_ERROR(plans[i]->RunBound(worker.handle.get(), stream, problems[i]));
+  }
+  CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+  return absl::OkStatus();
 }
 
 absl::StatusOr<EngineChoice> DevicePool::SearchEngine(Device& device, Worker& worker,
@@ -1211,9 +1304,6 @@ absl::Status DevicePool::Execute(Device& device, Worker& worker, Task& task,
   }
   // Captured graphs hold the addresses of these buffers.
   bool moved = false;
-  if (!input_in_place) RETURN_IF_ERROR(Grow(&worker.input, in_bytes, &moved));
-  RETURN_IF_ERROR(Grow(&worker.ping, largest * element, &moved));
-  if (problems.size() > 1) RETURN_IF_ERROR(Grow(&worker.pong, largest * element, &moved));
   if (staged_in) RETURN_IF_ERROR(Grow(&worker.staging_in, in_bytes));
   if (staged_out) RETURN_IF_ERROR(Grow(&worker.staging_out, out_bytes));
   const DeviceWeights& weights = *task.resources->weights[device.slot];
@@ -1236,7 +1326,8 @@ absl::Status DevicePool::Execute(Device& device, Worker& worker, Task& task,
   }
   int64_t workspace = 0;
   for (const auto& plan : plans) workspace = std::max(workspace, plan->workspace_bytes());
-  RETURN_IF_ERROR(Grow(&worker.workspace, workspace, &moved));
+  RETURN_IF_ERROR(GrowLayerBuffers(worker, in_bytes, largest * element, problems.size(), workspace,
+                                   input_in_place, &moved));
   if (moved) worker.graphs->Clear();
   if (cancelled()) {
     return absl::CancelledError(
@@ -1246,14 +1337,8 @@ absl::Status DevicePool::Execute(Device& device, Worker& worker, Task& task,
   const void* first_input = input_in_place ? first.input_memory->data : worker.input.data();
   const size_t last = problems.size() - 1;
   const auto buffers_for = [&](size_t i) {
-    ConvLayerBuffers b;
-    b.x = i == 0 ? first_input : (i % 2 == 1 ? worker.ping.data() : worker.pong.data());
-    b.y = i == last && output_in_place ? first.output_memory->data
-                                       : (i % 2 == 0 ? worker.ping.data() : worker.pong.data());
-    b.w = weights.weights(i);
-    b.bias = weights.bias(i);
-    b.workspace = worker.workspace.data();
-    return b;
+    return LayerBuffers(worker, weights, i, last, first_input,
+                        output_in_place ? first.output_memory->data : nullptr);
   };
 
   cudaStream_t stream = worker.stream.get();

@@ -148,8 +148,16 @@ class DevicePool : public RequestRunner {
   // Polls `device`'s queue for options_.worker_spin unless another worker
   // does or work is queued.
   void PollQueue(Device& device);
-  // Builds the plans of `job` on `worker` and reports the result to the job.
+  // Builds the plans of `job` on `worker`, runs them once (RunLayersOnce) and
+  // reports the result to the job.
   void RunWarmJob(Device& device, Worker& worker, WarmJob& job);
+  // Runs the graph's layers once on zeros in the worker's own buffers (the
+  // output is dropped): CUDA loads a kernel's module at its first launch,
+  // which a warmed-up graph's first request must not pay.
+  absl::Status RunLayersOnce(Device& device, Worker& worker, const Graph& graph,
+                             const Shape& input_shape, const std::vector<Shape>& outputs,
+                             const std::vector<ConvLayerProblem>& problems,
+                             const std::vector<std::shared_ptr<ConvLayerPlan>>& plans);
   // Makes the task of `calls` (one request, or a batch) and routes it.
   void Enqueue(std::vector<InferCall> calls, std::vector<double> delays, bool batched);
   // Executes `task` on `worker` and answers its calls; a failed batch runs
