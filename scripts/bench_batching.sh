@@ -17,7 +17,9 @@
 # search each new batch size during the warm-up), BATCH_FLAGS (more flags
 # for the batching servers only; --preferred_batch_sizes=8,16,32,64 by
 # default, so that few batch sizes, and few plan builds, appear; set it
-# empty for none), VERIFY (1: check outputs against the CPU reference).
+# empty for none; add --batch_dispatch_when_idle=false for Triton's rule of
+# waiting out the delay with the GPU idle), VERIFY (1: check outputs
+# against the CPU reference).
 # Without a GPU it runs on the CPU backend (CTest runs it so, with a small
 # graph and shape, as a smoke test).
 set -uo pipefail
