@@ -548,11 +548,7 @@ void DevicePool::Enqueue(std::vector<InferCall> calls, std::vector<double> delay
     return;
   }
   const std::shared_ptr<const Graph>& graph = task->calls.front().graph;
-  {
-    absl::MutexLock lock(&graphs_mu_);
-    auto it = graphs_.find(graph->id());
-    if (it != graphs_.end()) task->resources = it->second;
-  }
+  task->resources = Resources(graph->id());
   if (task->resources == nullptr) {
     task->Fail(absl::NotFoundError(
         absl::StrCat("graph '", graph->name(), "' was unloaded before the request ran")));
@@ -902,6 +898,12 @@ void DevicePool::RunTask(Device& device, Worker& worker, std::unique_ptr<Task> t
   device.outstanding -= cost;
 }
 
+std::shared_ptr<DevicePool::GraphResources> DevicePool::Resources(const std::string& graph_id) {
+  absl::MutexLock lock(&graphs_mu_);
+  auto it = graphs_.find(graph_id);
+  return it == graphs_.end() ? nullptr : it->second;
+}
+
 absl::Status DevicePool::Warm(const std::shared_ptr<const Graph>& graph, const Shape& input_shape,
                               const CancelCheck& cancelled) {
   ASSIGN_OR_RETURN(std::vector<Shape> outputs, graph->InferShapes(input_shape));
@@ -983,12 +985,7 @@ absl::Status DevicePool::RunLayersOnce(Device& device, Worker& worker, const Gra
                                        const std::vector<Shape>& outputs,
                                        const std::vector<ConvLayerProblem>& problems,
                                        const std::vector<std::shared_ptr<ConvLayerPlan>>& plans) {
-  std::shared_ptr<GraphResources> resources;
-  {
-    absl::MutexLock lock(&graphs_mu_);
-    auto it = graphs_.find(graph.id());
-    if (it != graphs_.end()) resources = it->second;
-  }
+  const std::shared_ptr<GraphResources> resources = Resources(graph.id());
   // Unloaded meanwhile, or not on this GPU: nothing to warm.
   if (resources == nullptr || resources->weights[device.slot] == nullptr) return absl::OkStatus();
   const size_t element = DTypeSize(graph.spec().dtype);

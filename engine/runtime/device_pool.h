@@ -158,6 +158,8 @@ class DevicePool : public RequestRunner {
                              const Shape& input_shape, const std::vector<Shape>& outputs,
                              const std::vector<ConvLayerProblem>& problems,
                              const std::vector<std::shared_ptr<ConvLayerPlan>>& plans);
+  // The device weights of a loaded graph; null once it is unloaded.
+  std::shared_ptr<GraphResources> Resources(const std::string& graph_id);
   // Makes the task of `calls` (one request, or a batch) and routes it.
   void Enqueue(std::vector<InferCall> calls, std::vector<double> delays, bool batched);
   // Executes `task` on `worker` and answers its calls; a failed batch runs
