@@ -8,23 +8,27 @@
 //   callback-handoff, cq-handoff
 //             as callback and cq, but the answer (Finish) is given by another
 //             thread that polls for it, as convserve's GPU workers answer;
-//   mixed-cqspin
-//             as cqspin for ServerLive, with another method (ServerReady) on
-//             the callback API: gRPC's callback threads then exist and keep
-//             the poller's role, as they would in a server that moved only
-//             its hot method onto a queue.
+//   mixed-cqspin, mixed-cq
+//             as cqspin and cq for ServerLive, with another method
+//             (ServerReady) on the callback API: gRPC's callback threads then
+//             exist and keep the poller's role, as they would in a server
+//             that moved only its hot method onto a queue.
+// --health and --reflection add gRPC's default health service (callback
+// API) and its reflection plugin (synchronous API).
 // Clients: rpc_floor_bench (round trips one at a time) or any KServe client;
 // docs/runtime.md reads the server's CPU per call from /proc.
 //   grpc_threading_bench --mode=cq --threads=2 --listen=127.0.0.1:8199
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <deque>
 #include <functional>
-#include <mutex>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -34,8 +38,11 @@
 #include "inference/grpc_predict_v2.grpc.pb.h"
 
 ABSL_FLAG(std::string, mode, "callback",
-          "callback, cq, cqspin, callback-handoff, cq-handoff or mixed-cqspin");
-ABSL_FLAG(int, threads, 2, "cq, cqspin, mixed-cqspin: threads, one completion queue each");
+          "callback, cq, cqspin, callback-handoff, cq-handoff, mixed-cqspin or "
+          "mixed-cq");
+ABSL_FLAG(int, threads, 2, "cq, cqspin, mixed-*: threads, one completion queue each");
+ABSL_FLAG(bool, health, false, "also serve gRPC's default health service");
+ABSL_FLAG(bool, reflection, false, "also serve gRPC's reflection plugin");
 ABSL_FLAG(std::string, listen, "127.0.0.1:8199", "address to serve");
 
 namespace convserve {
@@ -164,7 +171,8 @@ constexpr Mode kModes[] = {{"callback", false, false, false, false},
                            {"cqspin", true, true, false, false},
                            {"callback-handoff", false, false, true, false},
                            {"cq-handoff", true, false, true, false},
-                           {"mixed-cqspin", true, true, false, true}};
+                           {"mixed-cqspin", true, true, false, true},
+                           {"mixed-cq", true, false, false, true}};
 
 void Poll(grpc::ServerCompletionQueue* queue, bool spin) {
   void* tag = nullptr;
@@ -188,13 +196,15 @@ int Main() {
   }
   if (mode == nullptr) {
     std::fprintf(stderr,
-                 "--mode must be callback, cq, cqspin, callback-handoff, cq-handoff or "
-                 "mixed-cqspin, got '%s'\n",
+                 "--mode must be callback, cq, cqspin, callback-handoff, cq-handoff, "
+                 "mixed-cqspin or mixed-cq, got '%s'\n",
                  name.c_str());
     return 2;
   }
   std::unique_ptr<Handoff> handoff;
   if (mode->handoff) handoff = std::make_unique<Handoff>();
+  if (absl::GetFlag(FLAGS_health)) grpc::EnableDefaultHealthCheckService(true);
+  if (absl::GetFlag(FLAGS_reflection)) grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   builder.AddListeningPort(absl::GetFlag(FLAGS_listen), grpc::InsecureServerCredentials());
   CallbackLive callback(handoff.get());
