@@ -41,9 +41,7 @@ class HealthService::Watch {
     }
     Listen(health_, queue_);
     if (request_.service().empty()) {
-      bool shut_down = false;
-      const Status status = health_->Add(this, &shut_down);
-      Tell(status, shut_down);
+      health_->Add(this);  // tells it the status
       return;
     }
     absl::MutexLock lock(&mu_);
@@ -166,12 +164,12 @@ void HealthService::Shutdown() {
   for (Watch* watch : watches_) watch->Tell(status_, true);
 }
 
-HealthService::Status HealthService::Add(Watch* watch, bool* shut_down) {
+void HealthService::Add(Watch* watch) {
   absl::MutexLock lock(&mu_);
   watches_.insert(watch);
   watch->registered_ = true;
-  *shut_down = shut_down_;
-  return status_;
+  // Under the lock, so no change can be told before this first status.
+  watch->Tell(status_, shut_down_);
 }
 
 void HealthService::Remove(Watch* watch) {

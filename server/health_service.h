@@ -42,9 +42,9 @@ class HealthService {
 
   void Check(ServerCall* rpc, const grpc::health::v1::HealthCheckRequest* request,
              grpc::health::v1::HealthCheckResponse* response);
-  // A watch that has started: its current status; whether the service is
-  // shut down (then the watch ends once told).
-  Status Add(Watch* watch, bool* shut_down);
+  // A watch that has started: registered and told the current status (and
+  // whether the service is shut down: then the watch ends once told).
+  void Add(Watch* watch);
   void Remove(Watch* watch);
 
   grpc::health::v1::Health::AsyncService async_;
