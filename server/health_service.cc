@@ -2,6 +2,8 @@
 
 #include <grpcpp/support/async_stream.h>
 
+#include <optional>
+
 namespace convserve {
 
 using grpc::health::v1::HealthCheckRequest;
@@ -85,10 +87,9 @@ class HealthService::Watch {
   // gRPC is done with the call: then the caller deletes it.
   bool NextLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (writing_ || finishing_) return false;
-    if (!ended_ && (!sent_ || sent_status_ != wanted_)) {
+    if (!ended_ && sent_ != wanted_) {
       response_.set_status(wanted_);
-      sent_ = true;
-      sent_status_ = wanted_;
+      sent_ = wanted_;
       writing_ = true;
       writer_.Write(response_, &written_);
       return false;
@@ -118,8 +119,7 @@ class HealthService::Watch {
   bool known_ ABSL_GUARDED_BY(mu_) = true;
   Status wanted_ ABSL_GUARDED_BY(mu_) = HealthCheckResponse::UNKNOWN;
   bool last_ ABSL_GUARDED_BY(mu_) = false;
-  bool sent_ ABSL_GUARDED_BY(mu_) = false;
-  Status sent_status_ ABSL_GUARDED_BY(mu_) = HealthCheckResponse::UNKNOWN;
+  std::optional<Status> sent_ ABSL_GUARDED_BY(mu_);  // the last status written
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool finishing_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
