@@ -72,6 +72,11 @@ class ConvServeSender final : public InferRequestSender {
 
   // Read-only once built: every call sends it.
   v1::InferRequest request_;
+  // A call's ClientContext holds a reference to the channel and is destroyed
+  // on the gRPC thread that ends the call, after `done` ran: the sender waits
+  // for every call to be gone before it goes, so its clients (and their
+  // channels) outlive them and no channel loses its last reference on a gRPC
+  // thread (which shuts gRPC's callback threads down from one of them).
   LiveCalls live_calls_;
 };
 
@@ -138,21 +143,6 @@ absl::StatusOr<InferOutput> InferRequestSender::Send(ConvServeClient& client) {
     }
   });
   return result;
-}
-
-LiveCalls::Hold::Hold(LiveCalls* calls) : calls_(calls) {
-  absl::MutexLock lock(&calls_->mu_);
-  ++calls_->count_;
-}
-
-LiveCalls::Hold::~Hold() {
-  absl::MutexLock lock(&calls_->mu_);
-  --calls_->count_;
-}
-
-void LiveCalls::AwaitNone() {
-  absl::MutexLock lock(&mu_);
-  mu_.Await(absl::Condition(this, &LiveCalls::NoneLocked));
 }
 
 std::unique_ptr<InferRequestSender> ConvServeRequestSender(const InferInput& input) {

@@ -12,11 +12,10 @@
 #include <string>
 #include <vector>
 
-#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
 #include "client/convserve_client.h"
 #include "convserve/v1/convserve.pb.h"
+#include "engine/live_calls.h"
 #include "inference/grpc_predict_v2.pb.h"
 
 namespace convserve {
@@ -109,37 +108,6 @@ class InferRequestSender {
 
 // convserve.v1 Infer: unary calls, tensors in the messages.
 std::unique_ptr<InferRequestSender> ConvServeRequestSender(const InferInput& input);
-
-// A sender's asynchronous calls that still exist. A call's ClientContext
-// holds a reference to the channel and is destroyed on the gRPC thread that
-// ends the call, after `done` ran: the sender waits for every call to be
-// gone before it goes, so its clients (and their channels) outlive them
-// and no channel loses its last reference on a gRPC thread (which shuts
-// gRPC's callback threads down from one of them).
-class LiveCalls {
- public:
-  // Held by one call, declared before its ClientContext so that it is
-  // destroyed after it.
-  class Hold {
-   public:
-    explicit Hold(LiveCalls* calls);
-    ~Hold();
-    Hold(const Hold&) = delete;
-    Hold& operator=(const Hold&) = delete;
-
-   private:
-    LiveCalls* const calls_;
-  };
-
-  // Returns once no Hold is left.
-  void AwaitNone();
-
- private:
-  bool NoneLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return count_ == 0; }
-
-  absl::Mutex mu_;
-  int64_t count_ ABSL_GUARDED_BY(mu_) = 0;
-};
 
 }  // namespace convserve
 

@@ -3,18 +3,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "server/grpc_status.h"
-#include "server/tensor_wire.h"
 #include "server/proto_convert.h"
+#include "server/tensor_wire.h"
 
 namespace convserve {
 namespace {
-
-grpc::ServerUnaryReactor* Finish(grpc::CallbackServerContext* context,
-                                 const absl::Status& status) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  reactor->Finish(ToGrpcStatus(status));
-  return reactor;
-}
 
 absl::Status RequireGraphName(const std::string& graph) {
   if (graph.empty()) return absl::InvalidArgumentError("graph is required (a name or an id)");
@@ -59,74 +52,70 @@ WarmupRequest WarmupFromProto(const v1::Warmup& proto) {
 
 }  // namespace
 
-grpc::ServerUnaryReactor* ConvServeService::LoadGraph(grpc::CallbackServerContext* context,
-                                                      const v1::LoadGraphRequest* request,
-                                                      v1::LoadGraphResponse* response) {
-  absl::Status allowed = management_->Authorize(context->client_metadata(), "LoadGraph");
-  if (!allowed.ok()) return Finish(context, allowed);
-  if (!request->has_graph()) return Finish(context, absl::InvalidArgumentError("graph is required"));
+void ConvServeService::LoadGraph(ServerCall* rpc, const v1::LoadGraphRequest* request,
+                                 v1::LoadGraphResponse* response) {
+  absl::Status allowed = management_->Authorize(rpc->client_metadata(), "LoadGraph");
+  if (!allowed.ok()) return FinishCall(rpc, allowed);
+  if (!request->has_graph()) {
+    return FinishCall(rpc, absl::InvalidArgumentError("graph is required"));
+  }
   // The request is ours until Finish; moving the weights out avoids a copy.
   auto* graph = const_cast<v1::LoadGraphRequest*>(request)->mutable_graph();
   absl::StatusOr<GraphSpec> spec = GraphSpecFromProto(graph);
-  if (!spec.ok()) return Finish(context, spec.status());
+  if (!spec.ok()) return FinishCall(rpc, spec.status());
   std::optional<DynamicBatchingOptions> batching;
   if (request->has_dynamic_batching()) {
     batching = DynamicBatchingFromProto(request->dynamic_batching(), core_->default_batching());
   }
-  // The warm-up is waited for without holding this gRPC thread: the call
-  // is answered from the warm-up's thread as it ends.
+  // The warm-up is waited for without holding a thread: the call is
+  // answered from the warm-up's thread as it ends.
   WarmupRequest warmup = WarmupFromProto(request->warmup());
   const bool wait = warmup.wait;
   warmup.wait = false;
   absl::StatusOr<GraphRegistry::AddResult> added =
       core_->LoadGraph(*std::move(spec), std::move(batching), warmup);
-  if (!added.ok()) return Finish(context, added.status());
+  if (!added.ok()) return FinishCall(rpc, added.status());
   response->set_graph_id(added->graph->id());
   response->set_already_loaded(added->already_loaded);
   if (!wait) {
     FillGraphInfo(*core_, *added->graph, response->mutable_graph());
-    return Finish(context, absl::OkStatus());
+    return FinishCall(rpc, absl::OkStatus());
   }
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  core_->WhenWarmedUp(added->graph->id(), [this, reactor, response, graph = added->graph](
+  core_->WhenWarmedUp(added->graph, [this, rpc, response, graph = added->graph](
                                               absl::StatusOr<WarmupStatus> ended) {
     if (ended.ok()) FillGraphInfo(*core_, *graph, response->mutable_graph());
-    reactor->Finish(ToGrpcStatus(ended.status()));
+    rpc->Finish(ToGrpcStatus(ended.status()));
   });
-  return reactor;
 }
 
-grpc::ServerUnaryReactor* ConvServeService::UnloadGraph(grpc::CallbackServerContext* context,
-                                                        const v1::UnloadGraphRequest* request,
-                                                        v1::UnloadGraphResponse* /*response*/) {
-  absl::Status status = management_->Authorize(context->client_metadata(), "UnloadGraph");
+void ConvServeService::UnloadGraph(ServerCall* rpc, const v1::UnloadGraphRequest* request,
+                                   v1::UnloadGraphResponse* /*response*/) {
+  absl::Status status = management_->Authorize(rpc->client_metadata(), "UnloadGraph");
   if (status.ok()) status = RequireGraphName(request->graph());
   if (status.ok()) status = core_->UnloadGraph(request->graph());
-  return Finish(context, status);
+  return FinishCall(rpc, status);
 }
 
-grpc::ServerUnaryReactor* ConvServeService::ListGraphs(grpc::CallbackServerContext* context,
-                                                       const v1::ListGraphsRequest* /*request*/,
-                                                       v1::ListGraphsResponse* response) {
-  for (const auto& graph : core_->ListGraphs()) FillGraphInfo(*core_, *graph, response->add_graphs());
-  return Finish(context, absl::OkStatus());
+void ConvServeService::ListGraphs(ServerCall* rpc, const v1::ListGraphsRequest* /*request*/,
+                                  v1::ListGraphsResponse* response) {
+  for (const auto& graph : core_->ListGraphs()) {
+    FillGraphInfo(*core_, *graph, response->add_graphs());
+  }
+  return FinishCall(rpc, absl::OkStatus());
 }
 
-grpc::ServerUnaryReactor* ConvServeService::GetGraph(grpc::CallbackServerContext* context,
-                                                     const v1::GetGraphRequest* request,
-                                                     v1::GetGraphResponse* response) {
+void ConvServeService::GetGraph(ServerCall* rpc, const v1::GetGraphRequest* request,
+                                v1::GetGraphResponse* response) {
   absl::Status status = RequireGraphName(request->graph());
-  if (!status.ok()) return Finish(context, status);
+  if (!status.ok()) return FinishCall(rpc, status);
   absl::StatusOr<std::shared_ptr<const Graph>> graph = core_->FindGraph(request->graph());
-  if (!graph.ok()) return Finish(context, graph.status());
+  if (!graph.ok()) return FinishCall(rpc, graph.status());
   FillGraphInfo(*core_, **graph, response->mutable_graph());
-  return Finish(context, absl::OkStatus());
+  return FinishCall(rpc, absl::OkStatus());
 }
 
-grpc::ServerUnaryReactor* ConvServeService::Infer(grpc::CallbackServerContext* context,
-                                                  const grpc::ByteBuffer* request_bytes,
-                                                  grpc::ByteBuffer* response_bytes) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+void ConvServeService::Infer(ServerCall* rpc, const grpc::ByteBuffer* request_bytes,
+                             grpc::ByteBuffer* response_bytes) {
   // The tensor goes from gRPC's slices into a host buffer once (page-locked
   // on GPU servers); the rest is parsed as usual.
   RequestRunner* runner = core_->mutable_runner();
@@ -134,18 +123,36 @@ grpc::ServerUnaryReactor* ConvServeService::Infer(grpc::CallbackServerContext* c
       *request_bytes, [runner](size_t bytes) { return runner->AllocateHostBuffer(bytes); });
   if (!wire.ok()) {
     metrics_->RequestRejected("", "convserve", wire.status().code(), 0);
-    reactor->Finish(ToGrpcStatus(wire.status()));
-    return reactor;
+    rpc->Finish(ToGrpcStatus(wire.status()));
+    return;
   }
   // True once the client cancels and also once the deadline passes, even if
   // the client never says so: gRPC's server deadline filter (on by default)
   // cancels the call. tests/integration/cancellation_test.cc checks both.
-  StartInfer(*std::move(wire), [context] { return context->IsCancelled(); },
-             [reactor, response_bytes](const absl::Status& status, grpc::ByteBuffer* bytes) {
-               if (status.ok()) *response_bytes = std::move(*bytes);
-               reactor->Finish(ToGrpcStatus(status));
-             });
-  return reactor;
+  StartInfer(
+      *std::move(wire), [rpc] { return rpc->IsCancelled(); },
+      [rpc, response_bytes](const absl::Status& status, grpc::ByteBuffer* bytes) {
+        if (status.ok()) *response_bytes = std::move(*bytes);
+        rpc->Finish(ToGrpcStatus(status));
+      });
+  return;
+}
+
+void ConvServeService::Listen(CallQueue queue, int hot_calls, RequestExecutor* control) {
+  using S = ConvServeAsyncService;
+  ConvServeAsyncService* service = &async_;
+  methods_.push_back(
+      ListenUnary(service, &S::RequestInfer, this, &ConvServeService::Infer, queue, hot_calls));
+  methods_.push_back(ListenUnary(service, &S::RequestLoadGraph, this, &ConvServeService::LoadGraph,
+                                 queue, 1, control));
+  methods_.push_back(ListenUnary(service, &S::RequestUnloadGraph, this,
+                                 &ConvServeService::UnloadGraph, queue, 1, control));
+  methods_.push_back(
+      ListenUnary(service, &S::RequestListGraphs, this, &ConvServeService::ListGraphs, queue, 1));
+  methods_.push_back(
+      ListenUnary(service, &S::RequestGetGraph, this, &ConvServeService::GetGraph, queue, 1));
+  methods_.push_back(ListenUnary(service, &S::RequestGetStatistics, this,
+                                 &ConvServeService::GetStatistics, queue, 1));
 }
 
 void ConvServeService::StartInfer(WireConvServeRequest wire, std::function<bool()> cancelled,
@@ -213,17 +220,16 @@ void ConvServeService::StartInfer(WireConvServeRequest wire, std::function<bool(
   core_->Infer(std::move(call));
 }
 
-grpc::ServerUnaryReactor* ConvServeService::GetStatistics(
-    grpc::CallbackServerContext* context, const v1::GetStatisticsRequest* request,
-    v1::GetStatisticsResponse* response) {
+void ConvServeService::GetStatistics(ServerCall* rpc, const v1::GetStatisticsRequest* request,
+                                     v1::GetStatisticsResponse* response) {
   if (!request->graph().empty()) {
     absl::StatusOr<std::shared_ptr<const Graph>> graph = core_->FindGraph(request->graph());
-    if (!graph.ok()) return Finish(context, graph.status());
+    if (!graph.ok()) return FinishCall(rpc, graph.status());
     *response = metrics_->Statistics((*graph)->name());
   } else {
     *response = metrics_->Statistics("");
   }
-  return Finish(context, absl::OkStatus());
+  return FinishCall(rpc, absl::OkStatus());
 }
 
 }  // namespace convserve

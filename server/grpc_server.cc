@@ -1,7 +1,6 @@
 #include "server/grpc_server.h"
 
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
-#include <grpcpp/health_check_service_interface.h>
 #include <grpcpp/server_builder.h>
 
 #include "absl/strings/str_cat.h"
@@ -11,6 +10,10 @@ namespace convserve {
 
 absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(const GrpcServerOptions& options,
                                                               InferenceCore* core) {
+  if (options.grpc_threads < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gRPC threads must be >= 1, got ", options.grpc_threads));
+  }
   if (options.max_message_bytes < 1) {
     return absl::InvalidArgumentError(absl::StrCat("max message bytes must be >= 1, got ",
                                                    options.max_message_bytes));
@@ -54,7 +57,8 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(const GrpcServerOp
     spdlog::warn("--graph_management=token without TLS: the token crosses the network in "
                  "plain text; set --tls_cert_file and --tls_key_file");
   }
-  grpc::EnableDefaultHealthCheckService(true);
+  // Reflection is gRPC's plugin (synchronous API): its threads only poll
+  // their own queue, which costs the other calls nothing (docs/runtime.md).
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   std::unique_ptr<GrpcServer> server(
       new GrpcServer(core, *std::move(metrics), options.shared_memory, *std::move(management),
@@ -66,24 +70,38 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(const GrpcServerOp
   core->set_device_failure_observer([raw_server, options](const DeviceFailure& failure) {
     if (failure.healthy_devices > 0 || raw_server->no_healthy_device_.exchange(true)) return;
     spdlog::critical("no GPU serves any more: health is NOT_SERVING; shutting down");
-    if (raw_server->server_ != nullptr) {
-      raw_server->server_->GetHealthCheckService()->SetServingStatus(false);
-    }
+    raw_server->health_.SetServing(false);
     if (options.on_no_healthy_device) options.on_no_healthy_device();
   });
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options.listen_address, *credentials, &server->port_);
   builder.SetMaxReceiveMessageSize(options.max_message_bytes);
   builder.SetMaxSendMessageSize(options.max_message_bytes);
-  builder.RegisterService(&server->convserve_);
-  builder.RegisterService(&server->kserve_);
+  builder.RegisterService(server->convserve_.grpc_service());
+  builder.RegisterService(server->kserve_.grpc_service());
+  builder.RegisterService(server->health_.grpc_service());
+  std::vector<std::unique_ptr<grpc::ServerCompletionQueue>> queues;
+  for (int i = 0; i < options.grpc_threads; ++i) queues.push_back(builder.AddCompletionQueue());
   server->server_ = builder.BuildAndStart();
+  server->threads_ = std::make_unique<QueueThreads>(std::move(queues));
   if (server->server_ == nullptr || server->port_ == 0) {
+    if (server->server_ != nullptr) server->server_->Shutdown();
+    server->threads_->Stop();
+    server->server_ = nullptr;
     return absl::UnavailableError(
         absl::StrCat("cannot listen on '", options.listen_address,
                      "': the address is malformed or in use (--listen)"));
   }
-  server->server_->GetHealthCheckService()->SetServingStatus(true);
+  // Calls asked for ahead on each queue: the hot methods' enough for a
+  // burst of requests in flight (more wait in gRPC until asked for).
+  constexpr int kHotCalls = 32;
+  for (int i = 0; i < server->threads_->queue_count(); ++i) {
+    const CallQueue queue = server->threads_->queue(i);
+    server->convserve_.Listen(queue, kHotCalls, &server->control_);
+    server->kserve_.Listen(queue, kHotCalls, &server->control_);
+    server->health_.Listen(queue);
+  }
+  server->health_.SetServing(true);
   return server;
 }
 
@@ -97,10 +115,12 @@ GrpcServer::~GrpcServer() {
 
 void GrpcServer::Shutdown(absl::Duration grace) {
   if (server_ == nullptr || shut_down_.exchange(true)) return;
-  server_->GetHealthCheckService()->SetServingStatus(false);
+  health_.Shutdown();
   core_->Drain();
   server_->Shutdown(absl::ToChronoTime(absl::Now() + grace));
   server_->Wait();
+  threads_->Stop();  // after the server: its calls' last events ran on them
+  control_.Drain();
 }
 
 }  // namespace convserve

@@ -1,5 +1,6 @@
 // The gRPC server: both services, health checking and reflection on one
-// address. Owned by main() or by a test; the core must outlive it.
+// address, every call on completion queues (server/queued_calls.h). Owned by
+// main() or by a test; the core must outlive it.
 #ifndef CONVSERVE_SERVER_GRPC_SERVER_H_
 #define CONVSERVE_SERVER_GRPC_SERVER_H_
 
@@ -15,8 +16,10 @@
 #include "server/convserve_service.h"
 #include "server/graph_management_policy.h"
 #include "server/graph_repository.h"
+#include "server/health_service.h"
 #include "server/inference_core.h"
 #include "server/kserve_service.h"
+#include "server/queued_calls.h"
 #include "server/server_metrics.h"
 #include "server/shared_memory_registry.h"
 #include "server/tls_credentials.h"
@@ -39,6 +42,9 @@ struct GrpcServerOptions {
   ServerMetricsOptions metrics;
   // Bounds of the KServe shared-memory regions.
   SharedMemoryLimits shared_memory;
+  // gRPC completion queues, one thread each, that run every call's events
+  // (server/queued_calls.h).
+  int grpc_threads = 2;
   // Called (once, from a worker thread) when no GPU serves any more,
   // after health has turned NOT_SERVING; main() shuts down and exits
   // non-zero so the orchestrator restarts the process.
@@ -85,12 +91,18 @@ class GrpcServer {
   const std::unique_ptr<GraphManagementPolicy> management_;
   const std::unique_ptr<GraphRepository> repository_;  // null without a graph directory
   SharedMemoryRegistry shared_memory_;
+  // Runs the calls that may block (server/queued_calls.h); drained after
+  // the queues.
+  RequestExecutor control_{RequestExecutorOptions{4, 256, "cs-control"}};
   ConvServeService convserve_;
   KServeService kserve_;
+  HealthService health_;
   std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<QueueThreads> threads_;  // stopped after server_ shuts down
   int port_ = 0;
   std::atomic<bool> shut_down_{false};
-  std::atomic<bool> no_healthy_device_{false};  // Shutdown may be called from a signal thread and a destructor
+  std::atomic<bool> no_healthy_device_{
+      false};  // Shutdown may be called from a signal thread and a destructor
 };
 
 }  // namespace convserve

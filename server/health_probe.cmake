@@ -2,7 +2,8 @@
 # (server/health_probe_main.cc). Included from the top-level CMakeLists.txt
 # after the wire contract, whose PROTO_DIR and PROTO_OUT it reuses. The probe
 # has its own copy of the standard grpc.health.v1 proto because Debian's gRPC
-# packages ship none; the server itself uses gRPC's built-in health service.
+# packages ship none. The server serves the same proto on its completion
+# queues (server/health_service.h).
 set(HEALTH_PROTO grpc/health/v1/health.proto)
 set(HEALTH_PROTO_SRCS
   ${PROTO_OUT}/grpc/health/v1/health.pb.cc ${PROTO_OUT}/grpc/health/v1/health.pb.h

@@ -194,6 +194,20 @@ std::optional<DynamicBatchingOptions> InferenceCore::Batching(const std::string&
   return it->second->options();
 }
 
+void InferenceCore::WhenWarmedUp(const std::shared_ptr<const Graph>& graph,
+                                 GraphWarmups::EndCallback done) {
+  warmups_.WhenEnded(graph->id(), [this, graph, done = std::move(done)](
+                                      absl::StatusOr<WarmupStatus> ended) {
+    // An unload that came first left no warm-up to wait for.
+    absl::StatusOr<std::shared_ptr<const Graph>> now = FindGraph(graph->id());
+    if (ended.ok() && (!now.ok() || now->get() != graph.get())) {
+      ended = absl::AbortedError(
+          absl::StrCat("graph '", graph->name(), "' was unloaded during its warm-up"));
+    }
+    done(std::move(ended));
+  });
+}
+
 absl::Status InferenceCore::UnloadGraph(const std::string& name_or_id) {
   ASSIGN_OR_RETURN(std::shared_ptr<const Graph> graph, registry_.Find(name_or_id));
   RETURN_IF_ERROR(registry_.Remove(graph->id()));

@@ -84,10 +84,9 @@ class InferenceCore {
   // Graphs warming up now.
   int warming_graphs() const { return warmups_.warming(); }
   // Calls `done` once the graph's warm-up has ended (at once when none is
-  // running): see GraphWarmups::WhenEnded.
-  void WhenWarmedUp(const std::string& graph_id, GraphWarmups::EndCallback done) {
-    warmups_.WhenEnded(graph_id, std::move(done));
-  }
+  // running): see GraphWarmups::WhenEnded. ABORTED when the graph was
+  // unloaded meanwhile, also if that was before this call.
+  void WhenWarmedUp(const std::shared_ptr<const Graph>& graph, GraphWarmups::EndCallback done);
   absl::Status UnloadGraph(const std::string& name_or_id);
   absl::StatusOr<std::shared_ptr<const Graph>> FindGraph(const std::string& name_or_id) const;
   std::vector<std::shared_ptr<const Graph>> ListGraphs() const;

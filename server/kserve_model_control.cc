@@ -11,13 +11,6 @@
 namespace convserve {
 namespace {
 
-grpc::ServerUnaryReactor* Finish(grpc::CallbackServerContext* context,
-                                 const absl::Status& status) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  reactor->Finish(ToGrpcStatus(status));
-  return reactor;
-}
-
 // convserve has one repository, the loaded graphs, and it has no name.
 absl::Status CheckRepositoryName(const std::string& repository_name) {
   if (repository_name.empty()) return absl::OkStatus();
@@ -27,31 +20,30 @@ absl::Status CheckRepositoryName(const std::string& repository_name) {
 
 }  // namespace
 
-grpc::ServerUnaryReactor* KServeService::ModelConfig(grpc::CallbackServerContext* context,
-                                                     const inference::ModelConfigRequest* request,
-                                                     inference::ModelConfigResponse* response) {
+void KServeService::ModelConfig(ServerCall* rpc, const inference::ModelConfigRequest* request,
+                                inference::ModelConfigResponse* response) {
   absl::StatusOr<std::shared_ptr<const Graph>> graph =
       FindModel(request->name(), request->version());
-  if (!graph.ok()) return Finish(context, graph.status());
+  if (!graph.ok()) return FinishCall(rpc, graph.status());
   const std::optional<DynamicBatchingOptions> batching = core_->Batching((*graph)->id());
   KServeModelConfigToProto(**graph, response->mutable_config(), batching ? &*batching : nullptr);
-  return Finish(context, absl::OkStatus());
+  return FinishCall(rpc, absl::OkStatus());
 }
 
-grpc::ServerUnaryReactor* KServeService::ModelStatistics(
-    grpc::CallbackServerContext* context, const inference::ModelStatisticsRequest* request,
-    inference::ModelStatisticsResponse* response) {
+void KServeService::ModelStatistics(ServerCall* rpc,
+                                    const inference::ModelStatisticsRequest* request,
+                                    inference::ModelStatisticsResponse* response) {
   std::vector<std::shared_ptr<const Graph>> graphs;
   if (request->name().empty()) {
     if (!request->version().empty()) {
-      return Finish(context, absl::InvalidArgumentError(
-                                 "a version without a model name; give the name too"));
+      return FinishCall(
+          rpc, absl::InvalidArgumentError("a version without a model name; give the name too"));
     }
     graphs = core_->ListGraphs();
   } else {
     absl::StatusOr<std::shared_ptr<const Graph>> graph =
         FindModel(request->name(), request->version());
-    if (!graph.ok()) return Finish(context, graph.status());
+    if (!graph.ok()) return FinishCall(rpc, graph.status());
     graphs.push_back(*std::move(graph));
   }
   // Figures are kept by graph name; a loaded graph that has served nothing
@@ -64,14 +56,14 @@ grpc::ServerUnaryReactor* KServeService::ModelStatistics(
     }
     KServeStatisticsToProto(graph->name(), graph_figures, response->add_model_stats());
   }
-  return Finish(context, absl::OkStatus());
+  return FinishCall(rpc, absl::OkStatus());
 }
 
-grpc::ServerUnaryReactor* KServeService::RepositoryIndex(
-    grpc::CallbackServerContext* context, const inference::RepositoryIndexRequest* request,
-    inference::RepositoryIndexResponse* response) {
+void KServeService::RepositoryIndex(ServerCall* rpc,
+                                    const inference::RepositoryIndexRequest* request,
+                                    inference::RepositoryIndexResponse* response) {
   absl::Status status = CheckRepositoryName(request->repository_name());
-  if (!status.ok()) return Finish(context, status);
+  if (!status.ok()) return FinishCall(rpc, status);
   absl::flat_hash_set<std::string> loaded;
   for (const std::shared_ptr<const Graph>& graph : core_->ListGraphs()) {
     inference::RepositoryIndexResponse::ModelIndex* model = response->add_models();
@@ -99,7 +91,7 @@ grpc::ServerUnaryReactor* KServeService::RepositoryIndex(
   // unloaded models of its repository (unless only ready ones are asked for).
   if (repository_ != nullptr && !request->ready()) {
     absl::StatusOr<std::vector<std::string>> names = repository_->List();
-    if (!names.ok()) return Finish(context, names.status());
+    if (!names.ok()) return FinishCall(rpc, names.status());
     for (const std::string& name : *names) {
       if (loaded.contains(name)) continue;
       inference::RepositoryIndexResponse::ModelIndex* model = response->add_models();
@@ -108,26 +100,28 @@ grpc::ServerUnaryReactor* KServeService::RepositoryIndex(
       model->set_reason("unloaded");
     }
   }
-  return Finish(context, absl::OkStatus());
+  return FinishCall(rpc, absl::OkStatus());
 }
 
-grpc::ServerUnaryReactor* KServeService::RepositoryModelLoad(
-    grpc::CallbackServerContext* context, const inference::RepositoryModelLoadRequest* request,
-    inference::RepositoryModelLoadResponse*) {
-  absl::Status status = management_->Authorize(context->client_metadata(), "RepositoryModelLoad");
+void KServeService::RepositoryModelLoad(ServerCall* rpc,
+                                        const inference::RepositoryModelLoadRequest* request,
+                                        inference::RepositoryModelLoadResponse*) {
+  absl::Status status = management_->Authorize(rpc->client_metadata(), "RepositoryModelLoad");
   if (status.ok()) status = CheckRepositoryName(request->repository_name());
-  if (!status.ok()) return Finish(context, status);
+  if (!status.ok()) return FinishCall(rpc, status);
   const std::string& name = request->model_name();
-  if (name.empty()) return Finish(context, absl::InvalidArgumentError("model_name is required"));
+  if (name.empty()) return FinishCall(rpc, absl::InvalidArgumentError("model_name is required"));
   for (const auto& [key, value] : request->parameters()) {
     if (key == "config" || absl::StartsWith(key, "file:")) {
-      return Finish(context,
-                    absl::UnimplementedError(absl::StrCat(
-                        "loading model '", name, "' from parameter '", key,
-                        "' is not supported: convserve loads graphs (convserve.v1.GraphDef), "
-                        "not Triton model files; put the graph in the server's --graph_dir or "
-                        "register it with convserve.v1.ConvServe/LoadGraph, e.g. convserve-load "
-                        "--graph_file=FILE")));
+      return FinishCall(rpc, absl::UnimplementedError(absl::StrCat(
+                                 "loading model '", name, "' from parameter '", key,
+                                 "' is not supported: convserve loads graphs "
+                                 "(convserve.v1.GraphDef), "
+                                 "not Triton model files; put the graph in the server's "
+                                 "--graph_dir or "
+                                 "register it with convserve.v1.ConvServe/LoadGraph, e.g. "
+                                 "convserve-load "
+                                 "--graph_file=FILE")));
     }
   }
   if (repository_ != nullptr) {
@@ -142,59 +136,55 @@ grpc::ServerUnaryReactor* KServeService::RepositoryModelLoad(
       warmup.wait = false;
       absl::StatusOr<GraphRegistry::AddResult> added =
           core_->LoadGraph(*std::move(spec), std::nullopt, warmup);
-      if (!added.ok()) return Finish(context, added.status());
-      grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-      core_->WhenWarmedUp(added->graph->id(), [reactor](absl::StatusOr<WarmupStatus> ended) {
-        reactor->Finish(ToGrpcStatus(ended.status()));
+      if (!added.ok()) return FinishCall(rpc, added.status());
+      core_->WhenWarmedUp(added->graph, [rpc](absl::StatusOr<WarmupStatus> ended) {
+        rpc->Finish(ToGrpcStatus(ended.status()));
       });
-      return reactor;
+      return;
     }
     if (!absl::IsNotFound(spec.status()) || !core_->FindGraph(name).ok()) {
-      return Finish(context, spec.status());
+      return FinishCall(rpc, spec.status());
     }
   }
   // A loaded graph cannot change under its name (a different graph is
   // ALREADY_EXISTS), so reloading it is a no-op.
-  if (core_->FindGraph(name).ok()) return Finish(context, absl::OkStatus());
-  return Finish(context,
-                absl::FailedPreconditionError(absl::StrCat(
-                    "model '", name,
-                    "' is not loaded, and convserve-server has no graph directory to load it "
-                    "from: start it with --graph_dir, or register the graph with "
-                    "convserve.v1.ConvServe/LoadGraph, e.g. convserve-load --graph_file=FILE "
-                    "(then load_model of its name succeeds)")));
+  if (core_->FindGraph(name).ok()) return FinishCall(rpc, absl::OkStatus());
+  return FinishCall(rpc, absl::FailedPreconditionError(absl::StrCat(
+                             "model '", name,
+                             "' is not loaded, and convserve-server has no graph directory "
+                             "to load it "
+                             "from: start it with --graph_dir, or register the graph with "
+                             "convserve.v1.ConvServe/LoadGraph, e.g. convserve-load "
+                             "--graph_file=FILE "
+                             "(then load_model of its name succeeds)")));
 }
 
-grpc::ServerUnaryReactor* KServeService::RepositoryModelUnload(
-    grpc::CallbackServerContext* context, const inference::RepositoryModelUnloadRequest* request,
-    inference::RepositoryModelUnloadResponse*) {
-  absl::Status status =
-      management_->Authorize(context->client_metadata(), "RepositoryModelUnload");
+void KServeService::RepositoryModelUnload(ServerCall* rpc,
+                                          const inference::RepositoryModelUnloadRequest* request,
+                                          inference::RepositoryModelUnloadResponse*) {
+  absl::Status status = management_->Authorize(rpc->client_metadata(), "RepositoryModelUnload");
   if (status.ok()) status = CheckRepositoryName(request->repository_name());
-  if (!status.ok()) return Finish(context, status);
+  if (!status.ok()) return FinishCall(rpc, status);
   absl::StatusOr<std::shared_ptr<const Graph>> graph = FindModel(request->model_name(), "");
-  if (!graph.ok()) return Finish(context, graph.status());
+  if (!graph.ok()) return FinishCall(rpc, graph.status());
   // Requests already holding the graph finish with it.
   status = core_->UnloadGraph((*graph)->id());
   if (absl::IsNotFound(status)) {
-    status = absl::NotFoundError(absl::StrCat("model '", request->model_name(),
-                                              "' is not loaded"));
+    status = absl::NotFoundError(absl::StrCat("model '", request->model_name(), "' is not loaded"));
   }
-  return Finish(context, status);
+  return FinishCall(rpc, status);
 }
 
-grpc::ServerUnaryReactor* KServeService::TraceSetting(grpc::CallbackServerContext* context,
-                                                      const inference::TraceSettingRequest*,
-                                                      inference::TraceSettingResponse*) {
-  return Finish(context, absl::UnimplementedError(
-                             "convserve does not serve Triton's trace extension; per-stage "
-                             "timings are in ModelStatistics and on /metrics"));
+void KServeService::TraceSetting(ServerCall* rpc, const inference::TraceSettingRequest*,
+                                 inference::TraceSettingResponse*) {
+  return FinishCall(
+      rpc, absl::UnimplementedError("convserve does not serve Triton's trace extension; per-stage "
+                                    "timings are in ModelStatistics and on /metrics"));
 }
 
-grpc::ServerUnaryReactor* KServeService::LogSettings(grpc::CallbackServerContext* context,
-                                                     const inference::LogSettingsRequest*,
-                                                     inference::LogSettingsResponse*) {
-  return Finish(context, absl::UnimplementedError(
+void KServeService::LogSettings(ServerCall* rpc, const inference::LogSettingsRequest*,
+                                inference::LogSettingsResponse*) {
+  return FinishCall(rpc, absl::UnimplementedError(
                              "convserve does not serve Triton's logging extension; set the level "
                              "with convserve-server --log_level"));
 }

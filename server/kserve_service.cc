@@ -4,28 +4,17 @@
 #include "absl/time/clock.h"
 #include "server/grpc_status.h"
 #include "server/kserve_stream.h"
-#include "server/tensor_wire.h"
 #include "server/proto_convert.h"
+#include "server/tensor_wire.h"
 #include "server/version.h"
 
 namespace convserve {
-namespace {
-
-grpc::ServerUnaryReactor* Finish(grpc::CallbackServerContext* context,
-                                 const absl::Status& status) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  reactor->Finish(ToGrpcStatus(status));
-  return reactor;
-}
-
-}  // namespace
-
 absl::StatusOr<std::shared_ptr<const Graph>> KServeService::FindModel(
     const std::string& name, const std::string& version) const {
   if (name.empty()) return absl::InvalidArgumentError("model name is required");
   if (!version.empty() && version != "1") {
-    return absl::NotFoundError(absl::StrCat("model '", name, "' has no version '", version,
-                                            "'; its only version is '1'"));
+    return absl::NotFoundError(
+        absl::StrCat("model '", name, "' has no version '", version, "'; its only version is '1'"));
   }
   absl::StatusOr<std::shared_ptr<const Graph>> graph = core_->FindGraph(name);
   if (!graph.ok() && absl::IsNotFound(graph.status())) {
@@ -34,26 +23,23 @@ absl::StatusOr<std::shared_ptr<const Graph>> KServeService::FindModel(
   return graph;
 }
 
-grpc::ServerUnaryReactor* KServeService::ServerLive(grpc::CallbackServerContext* context,
-                                                    const inference::ServerLiveRequest*,
-                                                    inference::ServerLiveResponse* response) {
+void KServeService::ServerLive(ServerCall* rpc, const inference::ServerLiveRequest*,
+                               inference::ServerLiveResponse* response) {
   response->set_live(true);
-  return Finish(context, absl::OkStatus());
+  return FinishCall(rpc, absl::OkStatus());
 }
 
-grpc::ServerUnaryReactor* KServeService::ServerReady(grpc::CallbackServerContext* context,
-                                                     const inference::ServerReadyRequest*,
-                                                     inference::ServerReadyResponse* response) {
+void KServeService::ServerReady(ServerCall* rpc, const inference::ServerReadyRequest*,
+                                inference::ServerReadyResponse* response) {
   // As Triton's strict readiness: not ready while a model is still loading
   // (a graph warming up). A FAILED warm-up does not hold the server back;
   // its model reports it.
   response->set_ready(core_->ready() && core_->warming_graphs() == 0);
-  return Finish(context, absl::OkStatus());
+  return FinishCall(rpc, absl::OkStatus());
 }
 
-grpc::ServerUnaryReactor* KServeService::ModelReady(grpc::CallbackServerContext* context,
-                                                    const inference::ModelReadyRequest* request,
-                                                    inference::ModelReadyResponse* response) {
+void KServeService::ModelReady(ServerCall* rpc, const inference::ModelReadyRequest* request,
+                               inference::ModelReadyResponse* response) {
   // An unknown model is "not ready", not an error, as in Triton.
   // A graph is ready once its warm-up ended well (docs/runtime.md, "Warm-up
   // at load"); it serves requests before that too.
@@ -61,12 +47,11 @@ grpc::ServerUnaryReactor* KServeService::ModelReady(grpc::CallbackServerContext*
       FindModel(request->name(), request->version());
   response->set_ready(core_->ready() && graph.ok() &&
                       core_->WarmupOf((*graph)->id()).state == WarmupState::kReady);
-  return Finish(context, absl::OkStatus());
+  return FinishCall(rpc, absl::OkStatus());
 }
 
-grpc::ServerUnaryReactor* KServeService::ServerMetadata(
-    grpc::CallbackServerContext* context, const inference::ServerMetadataRequest*,
-    inference::ServerMetadataResponse* response) {
+void KServeService::ServerMetadata(ServerCall* rpc, const inference::ServerMetadataRequest*,
+                                   inference::ServerMetadataResponse* response) {
   response->set_name("convserve");
   response->set_version(kConvServeVersion);
   // Triton's names for the extensions served here (README, "Triton
@@ -76,15 +61,15 @@ grpc::ServerUnaryReactor* KServeService::ServerMetadata(
   response->add_extensions("model_repository");
   response->add_extensions("system_shared_memory");
   if (shared_memory_->serves_cuda()) response->add_extensions("cuda_shared_memory");
-  return Finish(context, absl::OkStatus());
+  return FinishCall(rpc, absl::OkStatus());
 }
 
-grpc::ServerUnaryReactor* KServeService::SystemSharedMemoryStatus(
-    grpc::CallbackServerContext* context, const inference::SystemSharedMemoryStatusRequest* request,
+void KServeService::SystemSharedMemoryStatus(
+    ServerCall* rpc, const inference::SystemSharedMemoryStatusRequest* request,
     inference::SystemSharedMemoryStatusResponse* response) {
   absl::StatusOr<std::vector<SharedMemoryRegistry::SystemRegion>> regions =
       shared_memory_->SystemStatus(request->name());
-  if (!regions.ok()) return Finish(context, regions.status());
+  if (!regions.ok()) return FinishCall(rpc, regions.status());
   for (const SharedMemoryRegistry::SystemRegion& region : *regions) {
     auto& status = (*response->mutable_regions())[region.name];
     status.set_name(region.name);
@@ -92,68 +77,61 @@ grpc::ServerUnaryReactor* KServeService::SystemSharedMemoryStatus(
     status.set_offset(region.offset);
     status.set_byte_size(region.byte_size);
   }
-  return Finish(context, absl::OkStatus());
+  return FinishCall(rpc, absl::OkStatus());
 }
 
-grpc::ServerUnaryReactor* KServeService::SystemSharedMemoryRegister(
-    grpc::CallbackServerContext* context,
-    const inference::SystemSharedMemoryRegisterRequest* request,
+void KServeService::SystemSharedMemoryRegister(
+    ServerCall* rpc, const inference::SystemSharedMemoryRegisterRequest* request,
     inference::SystemSharedMemoryRegisterResponse*) {
-  return Finish(context, shared_memory_->RegisterSystem(request->name(), request->key(),
+  return FinishCall(rpc, shared_memory_->RegisterSystem(request->name(), request->key(),
                                                         request->offset(), request->byte_size()));
 }
 
-grpc::ServerUnaryReactor* KServeService::SystemSharedMemoryUnregister(
-    grpc::CallbackServerContext* context,
-    const inference::SystemSharedMemoryUnregisterRequest* request,
+void KServeService::SystemSharedMemoryUnregister(
+    ServerCall* rpc, const inference::SystemSharedMemoryUnregisterRequest* request,
     inference::SystemSharedMemoryUnregisterResponse*) {
-  return Finish(context, shared_memory_->UnregisterSystem(request->name()));
+  return FinishCall(rpc, shared_memory_->UnregisterSystem(request->name()));
 }
 
-grpc::ServerUnaryReactor* KServeService::CudaSharedMemoryStatus(
-    grpc::CallbackServerContext* context, const inference::CudaSharedMemoryStatusRequest* request,
-    inference::CudaSharedMemoryStatusResponse* response) {
+void KServeService::CudaSharedMemoryStatus(ServerCall* rpc,
+                                           const inference::CudaSharedMemoryStatusRequest* request,
+                                           inference::CudaSharedMemoryStatusResponse* response) {
   absl::StatusOr<std::vector<SharedMemoryRegistry::CudaRegion>> regions =
       shared_memory_->CudaStatus(request->name());
-  if (!regions.ok()) return Finish(context, regions.status());
+  if (!regions.ok()) return FinishCall(rpc, regions.status());
   for (const SharedMemoryRegistry::CudaRegion& region : *regions) {
     auto& status = (*response->mutable_regions())[region.name];
     status.set_name(region.name);
     status.set_device_id(static_cast<uint64_t>(region.device));
     status.set_byte_size(region.byte_size);
   }
-  return Finish(context, absl::OkStatus());
+  return FinishCall(rpc, absl::OkStatus());
 }
 
-grpc::ServerUnaryReactor* KServeService::CudaSharedMemoryRegister(
-    grpc::CallbackServerContext* context, const inference::CudaSharedMemoryRegisterRequest* request,
+void KServeService::CudaSharedMemoryRegister(
+    ServerCall* rpc, const inference::CudaSharedMemoryRegisterRequest* request,
     inference::CudaSharedMemoryRegisterResponse*) {
-  return Finish(context,
-                shared_memory_->RegisterCuda(request->name(), request->raw_handle(),
-                                             request->device_id(), request->byte_size()));
+  return FinishCall(rpc, shared_memory_->RegisterCuda(request->name(), request->raw_handle(),
+                                                      request->device_id(), request->byte_size()));
 }
 
-grpc::ServerUnaryReactor* KServeService::CudaSharedMemoryUnregister(
-    grpc::CallbackServerContext* context,
-    const inference::CudaSharedMemoryUnregisterRequest* request,
+void KServeService::CudaSharedMemoryUnregister(
+    ServerCall* rpc, const inference::CudaSharedMemoryUnregisterRequest* request,
     inference::CudaSharedMemoryUnregisterResponse*) {
-  return Finish(context, shared_memory_->UnregisterCuda(request->name()));
+  return FinishCall(rpc, shared_memory_->UnregisterCuda(request->name()));
 }
 
-grpc::ServerUnaryReactor* KServeService::ModelMetadata(
-    grpc::CallbackServerContext* context, const inference::ModelMetadataRequest* request,
-    inference::ModelMetadataResponse* response) {
+void KServeService::ModelMetadata(ServerCall* rpc, const inference::ModelMetadataRequest* request,
+                                  inference::ModelMetadataResponse* response) {
   absl::StatusOr<std::shared_ptr<const Graph>> graph =
       FindModel(request->name(), request->version());
-  if (!graph.ok()) return Finish(context, graph.status());
+  if (!graph.ok()) return FinishCall(rpc, graph.status());
   KServeMetadataToProto(**graph, response);
-  return Finish(context, absl::OkStatus());
+  return FinishCall(rpc, absl::OkStatus());
 }
 
-grpc::ServerUnaryReactor* KServeService::ModelInfer(grpc::CallbackServerContext* context,
-                                                    const grpc::ByteBuffer* request_bytes,
-                                                    grpc::ByteBuffer* response_bytes) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+void KServeService::ModelInfer(ServerCall* rpc, const grpc::ByteBuffer* request_bytes,
+                               grpc::ByteBuffer* response_bytes) {
   // The tensor goes from gRPC's slices into a host buffer once (page-locked
   // on GPU servers); the rest is parsed as usual.
   RequestRunner* runner = core_->mutable_runner();
@@ -161,8 +139,8 @@ grpc::ServerUnaryReactor* KServeService::ModelInfer(grpc::CallbackServerContext*
       *request_bytes, [runner](size_t bytes) { return runner->AllocateHostBuffer(bytes); });
   if (!wire.ok()) {
     metrics_->RequestRejected("", "kserve", wire.status().code(), 0);
-    reactor->Finish(ToGrpcStatus(wire.status()));
-    return reactor;
+    rpc->Finish(ToGrpcStatus(wire.status()));
+    return;
   }
   // Alive until the call is done: the request (its raw inputs in buffers)
   // and the response header.
@@ -175,39 +153,74 @@ grpc::ServerUnaryReactor* KServeService::ModelInfer(grpc::CallbackServerContext*
   // True once the client cancels and also once the deadline passes, even if
   // the client never says so: gRPC's server deadline filter (on by default)
   // cancels the call. tests/integration/cancellation_test.cc checks both.
-  StartInfer(call->wire.request, &call->wire.raw_inputs, &call->response,
-             [context] { return context->IsCancelled(); },
-             [reactor, response_bytes, call](const absl::Status& status,
-                                             const TensorMemory* output) {
-               if (!status.ok()) {
-                 reactor->Finish(ToGrpcStatus(status));
-                 return;
-               }
-               absl::StatusOr<grpc::ByteBuffer> bytes =
-                   SerializeModelInferResponse(call->response, output);
-               if (!bytes.ok()) {
-                 reactor->Finish(ToGrpcStatus(bytes.status()));
-                 return;
-               }
-               *response_bytes = *std::move(bytes);
-               reactor->Finish(grpc::Status::OK);
-             });
-  return reactor;
+  StartInfer(
+      call->wire.request, &call->wire.raw_inputs, &call->response,
+      [rpc] { return rpc->IsCancelled(); },
+      [rpc, response_bytes, call](const absl::Status& status, const TensorMemory* output) {
+        if (!status.ok()) {
+          rpc->Finish(ToGrpcStatus(status));
+          return;
+        }
+        absl::StatusOr<grpc::ByteBuffer> bytes =
+            SerializeModelInferResponse(call->response, output);
+        if (!bytes.ok()) {
+          rpc->Finish(ToGrpcStatus(bytes.status()));
+          return;
+        }
+        *response_bytes = *std::move(bytes);
+        rpc->Finish(grpc::Status::OK);
+      });
+  return;
 }
 
-grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse>*
-KServeService::ModelStreamInfer(grpc::CallbackServerContext* context) {
-  return new ModelStreamReactor(context, this);  // deletes itself in OnDone
+void KServeService::Listen(CallQueue queue, int hot_calls, RequestExecutor* control) {
+  using S = KServeAsyncService;
+  KServeAsyncService* service = &async_;
+  const auto add = [&](std::shared_ptr<const void> method) {
+    methods_.push_back(std::move(method));
+  };
+  add(ListenUnary(service, &S::RequestModelInfer, this, &KServeService::ModelInfer, queue,
+                  hot_calls));
+  add(ListenUnary(service, &S::RequestServerLive, this, &KServeService::ServerLive, queue, 2));
+  add(ListenUnary(service, &S::RequestServerReady, this, &KServeService::ServerReady, queue, 2));
+  add(ListenUnary(service, &S::RequestModelReady, this, &KServeService::ModelReady, queue, 2));
+  add(ListenUnary(service, &S::RequestServerMetadata, this, &KServeService::ServerMetadata, queue,
+                  1));
+  add(ListenUnary(service, &S::RequestModelMetadata, this, &KServeService::ModelMetadata, queue,
+                  1));
+  add(ListenUnary(service, &S::RequestSystemSharedMemoryStatus, this,
+                  &KServeService::SystemSharedMemoryStatus, queue, 1));
+  add(ListenUnary(service, &S::RequestSystemSharedMemoryRegister, this,
+                  &KServeService::SystemSharedMemoryRegister, queue, 1, control));
+  add(ListenUnary(service, &S::RequestSystemSharedMemoryUnregister, this,
+                  &KServeService::SystemSharedMemoryUnregister, queue, 1, control));
+  add(ListenUnary(service, &S::RequestCudaSharedMemoryStatus, this,
+                  &KServeService::CudaSharedMemoryStatus, queue, 1));
+  add(ListenUnary(service, &S::RequestCudaSharedMemoryRegister, this,
+                  &KServeService::CudaSharedMemoryRegister, queue, 1, control));
+  add(ListenUnary(service, &S::RequestCudaSharedMemoryUnregister, this,
+                  &KServeService::CudaSharedMemoryUnregister, queue, 1, control));
+  add(ListenUnary(service, &S::RequestModelConfig, this, &KServeService::ModelConfig, queue, 1));
+  add(ListenUnary(service, &S::RequestModelStatistics, this, &KServeService::ModelStatistics, queue,
+                  1));
+  add(ListenUnary(service, &S::RequestRepositoryIndex, this, &KServeService::RepositoryIndex, queue,
+                  1));
+  add(ListenUnary(service, &S::RequestRepositoryModelLoad, this,
+                  &KServeService::RepositoryModelLoad, queue, 1, control));
+  add(ListenUnary(service, &S::RequestRepositoryModelUnload, this,
+                  &KServeService::RepositoryModelUnload, queue, 1, control));
+  add(ListenUnary(service, &S::RequestTraceSetting, this, &KServeService::TraceSetting, queue, 1));
+  add(ListenUnary(service, &S::RequestLogSettings, this, &KServeService::LogSettings, queue, 1));
+  for (int i = 0; i < 2; ++i) ModelStreamCall::Listen(service, this, queue);
 }
 
 void KServeService::StartInfer(const inference::ModelInferRequest& request,
                                inference::ModelInferResponse* response,
                                std::function<bool()> cancelled,
                                std::function<void(const absl::Status&)> done) {
-  StartInfer(request, nullptr, response, std::move(cancelled),
-             [done = std::move(done)](const absl::Status& status, const TensorMemory*) {
-               done(status);
-             });
+  StartInfer(
+      request, nullptr, response, std::move(cancelled),
+      [done = std::move(done)](const absl::Status& status, const TensorMemory*) { done(status); });
 }
 
 void KServeService::StartInfer(const inference::ModelInferRequest& request,
@@ -274,8 +287,8 @@ void KServeService::StartInfer(const inference::ModelInferRequest& request,
   if (!call.output_memory) call.output = response->add_raw_output_contents();
   call.cancelled = std::move(cancelled);
   metrics_->RequestStarted();
-  const int64_t bytes_in = static_cast<int64_t>(
-      call.input_memory ? call.input_memory->bytes : call.input.size());
+  const int64_t bytes_in =
+      static_cast<int64_t>(call.input_memory ? call.input_memory->bytes : call.input.size());
   call.done = [this, response, model, start, done = std::move(done), bytes_in,
                output_region = *output_region, output_buffer = std::move(output_buffer)](
                   const absl::Status& status, const Shape& shape, const InferTimings& timings) {

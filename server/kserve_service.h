@@ -7,22 +7,26 @@
 #define CONVSERVE_SERVER_KSERVE_SERVICE_H_
 
 #include <functional>
+#include <memory>
+#include <vector>
 
 #include "inference/grpc_predict_v2.grpc.pb.h"
 #include "server/graph_management_policy.h"
 #include "server/graph_repository.h"
 #include "server/inference_core.h"
+#include "server/queued_calls.h"
 #include "server/server_metrics.h"
 #include "server/shared_memory_registry.h"
 
 namespace convserve {
 
+// The methods on gRPC's completion queues (server/queued_calls.h).
 // ModelInfer takes gRPC's raw bytes (server/tensor_wire.h): its tensors are
 // copied at most once on the host. Every other call takes messages.
-using KServeServiceBase = inference::GRPCInferenceService::WithRawCallbackMethod_ModelInfer<
-    inference::GRPCInferenceService::CallbackService>;
+using KServeAsyncService = inference::GRPCInferenceService::WithRawMethod_ModelInfer<
+    inference::GRPCInferenceService::AsyncService>;
 
-class KServeService final : public KServeServiceBase {
+class KServeService final {
  public:
   // `core`, `metrics`, `shared_memory`, `management` and `repository`
   // outlive the service; `management` decides who may call
@@ -36,82 +40,68 @@ class KServeService final : public KServeServiceBase {
         management_(management),
         repository_(repository) {}
 
-  grpc::ServerUnaryReactor* ServerLive(grpc::CallbackServerContext* context,
-                                       const inference::ServerLiveRequest* request,
-                                       inference::ServerLiveResponse* response) override;
-  grpc::ServerUnaryReactor* ServerReady(grpc::CallbackServerContext* context,
-                                        const inference::ServerReadyRequest* request,
-                                        inference::ServerReadyResponse* response) override;
-  grpc::ServerUnaryReactor* ModelReady(grpc::CallbackServerContext* context,
-                                       const inference::ModelReadyRequest* request,
-                                       inference::ModelReadyResponse* response) override;
-  grpc::ServerUnaryReactor* ServerMetadata(grpc::CallbackServerContext* context,
-                                           const inference::ServerMetadataRequest* request,
-                                           inference::ServerMetadataResponse* response) override;
-  grpc::ServerUnaryReactor* ModelMetadata(grpc::CallbackServerContext* context,
-                                          const inference::ModelMetadataRequest* request,
-                                          inference::ModelMetadataResponse* response) override;
-  grpc::ServerUnaryReactor* ModelInfer(grpc::CallbackServerContext* context,
-                                       const grpc::ByteBuffer* request,
-                                       grpc::ByteBuffer* response) override;
+  void ServerLive(ServerCall* rpc, const inference::ServerLiveRequest* request,
+                  inference::ServerLiveResponse* response);
+  void ServerReady(ServerCall* rpc, const inference::ServerReadyRequest* request,
+                   inference::ServerReadyResponse* response);
+  void ModelReady(ServerCall* rpc, const inference::ModelReadyRequest* request,
+                  inference::ModelReadyResponse* response);
+  void ServerMetadata(ServerCall* rpc, const inference::ServerMetadataRequest* request,
+                      inference::ServerMetadataResponse* response);
+  void ModelMetadata(ServerCall* rpc, const inference::ModelMetadataRequest* request,
+                     inference::ModelMetadataResponse* response);
+  void ModelInfer(ServerCall* rpc, const grpc::ByteBuffer* request, grpc::ByteBuffer* response);
 
   // Triton's shared-memory extension (server/shared_memory_registry.h).
-  grpc::ServerUnaryReactor* SystemSharedMemoryStatus(
-      grpc::CallbackServerContext* context,
-      const inference::SystemSharedMemoryStatusRequest* request,
-      inference::SystemSharedMemoryStatusResponse* response) override;
-  grpc::ServerUnaryReactor* SystemSharedMemoryRegister(
-      grpc::CallbackServerContext* context,
-      const inference::SystemSharedMemoryRegisterRequest* request,
-      inference::SystemSharedMemoryRegisterResponse* response) override;
-  grpc::ServerUnaryReactor* SystemSharedMemoryUnregister(
-      grpc::CallbackServerContext* context,
-      const inference::SystemSharedMemoryUnregisterRequest* request,
-      inference::SystemSharedMemoryUnregisterResponse* response) override;
-  grpc::ServerUnaryReactor* CudaSharedMemoryStatus(
-      grpc::CallbackServerContext* context, const inference::CudaSharedMemoryStatusRequest* request,
-      inference::CudaSharedMemoryStatusResponse* response) override;
-  grpc::ServerUnaryReactor* CudaSharedMemoryRegister(
-      grpc::CallbackServerContext* context,
-      const inference::CudaSharedMemoryRegisterRequest* request,
-      inference::CudaSharedMemoryRegisterResponse* response) override;
-  grpc::ServerUnaryReactor* CudaSharedMemoryUnregister(
-      grpc::CallbackServerContext* context,
-      const inference::CudaSharedMemoryUnregisterRequest* request,
-      inference::CudaSharedMemoryUnregisterResponse* response) override;
+  void SystemSharedMemoryStatus(ServerCall* rpc,
+                                const inference::SystemSharedMemoryStatusRequest* request,
+                                inference::SystemSharedMemoryStatusResponse* response);
+  void SystemSharedMemoryRegister(ServerCall* rpc,
+                                  const inference::SystemSharedMemoryRegisterRequest* request,
+                                  inference::SystemSharedMemoryRegisterResponse* response);
+  void SystemSharedMemoryUnregister(ServerCall* rpc,
+                                    const inference::SystemSharedMemoryUnregisterRequest* request,
+                                    inference::SystemSharedMemoryUnregisterResponse* response);
+  void CudaSharedMemoryStatus(ServerCall* rpc,
+                              const inference::CudaSharedMemoryStatusRequest* request,
+                              inference::CudaSharedMemoryStatusResponse* response);
+  void CudaSharedMemoryRegister(ServerCall* rpc,
+                                const inference::CudaSharedMemoryRegisterRequest* request,
+                                inference::CudaSharedMemoryRegisterResponse* response);
+  void CudaSharedMemoryUnregister(ServerCall* rpc,
+                                  const inference::CudaSharedMemoryUnregisterRequest* request,
+                                  inference::CudaSharedMemoryUnregisterResponse* response);
   // Triton's model configuration, statistics and model repository
   // extensions (server/kserve_model_control.cc). RepositoryIndex lists the
   // loaded graphs and those of --graph_dir, RepositoryModelUnload unloads
   // one, RepositoryModelLoad loads one from --graph_dir (a loaded one is a
   // no-op) and otherwise says how to load one (FAILED_PRECONDITION).
-  grpc::ServerUnaryReactor* ModelConfig(grpc::CallbackServerContext* context,
-                                        const inference::ModelConfigRequest* request,
-                                        inference::ModelConfigResponse* response) override;
-  grpc::ServerUnaryReactor* ModelStatistics(grpc::CallbackServerContext* context,
-                                            const inference::ModelStatisticsRequest* request,
-                                            inference::ModelStatisticsResponse* response) override;
-  grpc::ServerUnaryReactor* RepositoryIndex(grpc::CallbackServerContext* context,
-                                            const inference::RepositoryIndexRequest* request,
-                                            inference::RepositoryIndexResponse* response) override;
-  grpc::ServerUnaryReactor* RepositoryModelLoad(
-      grpc::CallbackServerContext* context, const inference::RepositoryModelLoadRequest* request,
-      inference::RepositoryModelLoadResponse* response) override;
-  grpc::ServerUnaryReactor* RepositoryModelUnload(
-      grpc::CallbackServerContext* context, const inference::RepositoryModelUnloadRequest* request,
-      inference::RepositoryModelUnloadResponse* response) override;
+  void ModelConfig(ServerCall* rpc, const inference::ModelConfigRequest* request,
+                   inference::ModelConfigResponse* response);
+  void ModelStatistics(ServerCall* rpc, const inference::ModelStatisticsRequest* request,
+                       inference::ModelStatisticsResponse* response);
+  void RepositoryIndex(ServerCall* rpc, const inference::RepositoryIndexRequest* request,
+                       inference::RepositoryIndexResponse* response);
+  void RepositoryModelLoad(ServerCall* rpc, const inference::RepositoryModelLoadRequest* request,
+                           inference::RepositoryModelLoadResponse* response);
+  void RepositoryModelUnload(ServerCall* rpc,
+                             const inference::RepositoryModelUnloadRequest* request,
+                             inference::RepositoryModelUnloadResponse* response);
   // Triton's trace and logging extensions are not served: UNIMPLEMENTED with
   // what to use instead (gRPC's own answer for an unserved method has no
   // message).
-  grpc::ServerUnaryReactor* TraceSetting(grpc::CallbackServerContext* context,
-                                         const inference::TraceSettingRequest* request,
-                                         inference::TraceSettingResponse* response) override;
-  grpc::ServerUnaryReactor* LogSettings(grpc::CallbackServerContext* context,
-                                        const inference::LogSettingsRequest* request,
-                                        inference::LogSettingsResponse* response) override;
+  void TraceSetting(ServerCall* rpc, const inference::TraceSettingRequest* request,
+                    inference::TraceSettingResponse* response);
+  void LogSettings(ServerCall* rpc, const inference::LogSettingsRequest* request,
+                   inference::LogSettingsResponse* response);
 
-  // Triton's streaming extension; see server/kserve_stream.h.
-  grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse>*
-  ModelStreamInfer(grpc::CallbackServerContext* context) override;
+  // Registered with a server builder before it starts.
+  grpc::Service* grpc_service() { return &async_; }
+  // Once the server has started: asks for each method's calls on `queue`
+  // (ModelInfer's `hot_calls` ahead, the others' one or two). The queue's
+  // thread runs the handlers, but `control` those that may block
+  // (registering memory, loading and unloading).
+  void Listen(CallQueue queue, int hot_calls, RequestExecutor* control);
 
   // One inference, for ModelInfer and each request of a stream: checks the
   // request and queues it; `done` runs once (on a worker thread, or on the
@@ -142,6 +132,9 @@ class KServeService final : public KServeServiceBase {
   SharedMemoryRegistry* const shared_memory_;
   const GraphManagementPolicy* const management_;
   const GraphRepository* const repository_;
+  KServeAsyncService async_;
+  // Each method's registration per queue, shared by its calls.
+  std::vector<std::shared_ptr<const void>> methods_;
 };
 
 }  // namespace convserve

@@ -7,8 +7,19 @@
 
 namespace convserve {
 
-ModelStreamReactor::ModelStreamReactor(grpc::CallbackServerContext* context, KServeService* service)
-    : context_(context), service_(service) {
+ModelStreamCall::ModelStreamCall(KServeAsyncService* grpc_service, KServeService* service,
+                                 CallQueue queue)
+    : live_(queue.calls), grpc_service_(grpc_service), service_(service), queue_(queue) {
+  context_.AsyncNotifyWhenDone(&done_);
+  grpc_service_->RequestModelStreamInfer(&context_, &stream_, queue_.cq, queue_.cq, &arrived_);
+}
+
+void ModelStreamCall::Arrived(bool ok) {
+  if (!ok) {  // the server is shutting down: the call never started
+    delete this;
+    return;
+  }
+  Listen(grpc_service_, service_, queue_);  // the next one
   Steps steps;
   {
     absl::MutexLock lock(&mu_);
@@ -17,7 +28,7 @@ ModelStreamReactor::ModelStreamReactor(grpc::CallbackServerContext* context, KSe
   Take(steps);
 }
 
-void ModelStreamReactor::OnReadDone(bool ok) {
+void ModelStreamCall::ReadDone(bool ok) {
   std::shared_ptr<Request> request;
   Steps steps;
   {
@@ -27,21 +38,23 @@ void ModelStreamReactor::OnReadDone(bool ok) {
       ++running_;  // counted before the lock drops, so no Finish can pass it
     } else {
       request = nullptr;
-      reads_ended_ = true;  // half-closed, or the call broke (OnCancel says which)
+      reads_ended_ = true;  // half-closed, or the call broke (Done says which)
     }
     // The next read goes out before this request starts: it may run for long.
     steps = NextStepsLocked();
   }
   Take(steps);
   if (request == nullptr) return;
-  // Safe to use `this` here: OnDone cannot run before this reaction returns.
-  // The `done` owns the request, so it lives until (and after) its answer.
+  // Safe to use `this` here: the request counted in running_ holds Finish
+  // back. The `done` owns the request, so it lives until (and after) its
+  // answer.
   service_->StartInfer(
-      request->request, &request->response, [context = context_] { return context->IsCancelled(); },
+      request->request, &request->response,
+      [this] { return call_cancelled_.load(std::memory_order_acquire); },
       [this, request](const absl::Status& status) { Answer(request.get(), status); });
 }
 
-void ModelStreamReactor::Answer(Request* request, const absl::Status& status) {
+void ModelStreamCall::Answer(Request* request, const absl::Status& status) {
   inference::ModelStreamInferResponse response;
   if (status.ok()) {
     response.mutable_infer_response()->Swap(&request->response);
@@ -64,31 +77,41 @@ void ModelStreamReactor::Answer(Request* request, const absl::Status& status) {
   Take(steps);  // this may be the Finish: nothing touches `this` after it
 }
 
-void ModelStreamReactor::OnWriteDone(bool ok) {
+void ModelStreamCall::WriteDone(bool ok) {
   Steps steps;
   {
     absl::MutexLock lock(&mu_);
     writing_ = false;
     unwritten_.pop_front();
-    if (!ok) cancelled_ = true;  // the call is gone; OnCancel may come too
+    if (!ok) cancelled_ = true;  // the call is gone; Done says so too
     steps = NextStepsLocked();
   }
   Take(steps);
 }
 
-void ModelStreamReactor::OnCancel() {
-  Steps steps;
-  {
-    absl::MutexLock lock(&mu_);
-    cancelled_ = true;
-    steps = NextStepsLocked();
+void ModelStreamCall::Done(bool /*ok*/) {
+  // gRPC's done comes after the status was sent, or as soon as the call is
+  // cancelled (by the client, its deadline or the server's shutdown).
+  if (context_.IsCancelled()) {
+    call_cancelled_.store(true, std::memory_order_release);
+    Steps steps;
+    {
+      absl::MutexLock lock(&mu_);
+      cancelled_ = true;
+      steps = NextStepsLocked();
+    }
+    Take(steps);  // this call's own reference keeps it alive past a Finish
   }
-  Take(steps);
+  Release();
 }
 
-void ModelStreamReactor::OnDone() { delete this; }
+void ModelStreamCall::Finished(bool /*ok*/) { Release(); }
 
-ModelStreamReactor::Steps ModelStreamReactor::NextStepsLocked() {
+void ModelStreamCall::Release() {
+  if (refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
+}
+
+ModelStreamCall::Steps ModelStreamCall::NextStepsLocked() {
   Steps steps;
   if (cancelled_) {
     // Nothing more can be sent; only the front stays while gRPC writes it.
@@ -115,10 +138,10 @@ ModelStreamReactor::Steps ModelStreamReactor::NextStepsLocked() {
   return steps;
 }
 
-void ModelStreamReactor::Take(const Steps& steps) {
-  if (steps.read != nullptr) StartRead(steps.read);
-  if (steps.write != nullptr) StartWrite(steps.write);
-  if (steps.finish.has_value()) Finish(*steps.finish);
+void ModelStreamCall::Take(const Steps& steps) {
+  if (steps.read != nullptr) stream_.Read(steps.read, &read_done_);
+  if (steps.write != nullptr) stream_.Write(*steps.write, &write_done_);
+  if (steps.finish.has_value()) stream_.Finish(*steps.finish, &finished_tag_);
 }
 
 }  // namespace convserve

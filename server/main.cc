@@ -31,6 +31,9 @@ ABSL_FLAG(std::string, listen, "0.0.0.0:8001", "gRPC listen address (host:port)"
 ABSL_FLAG(std::string, backend, "auto",
           "inference backend: auto (GPU when present, else CPU), cpu or cuda");
 ABSL_FLAG(int, max_message_bytes, 256 << 20, "largest gRPC request or response, in bytes");
+ABSL_FLAG(int, grpc_threads, 2,
+          "gRPC completion queues, one thread each, that run every call's events (more are not "
+          "faster: docs/runtime.md, \"gRPC's threads\")");
 ABSL_FLAG(int, cpu_threads, 0, "threads of the CPU backend; 0 = one per hardware thread");
 ABSL_FLAG(std::vector<std::string>, gpus, {},
           "CUDA devices to serve on, e.g. 0,1; empty means every visible GPU");
@@ -319,6 +322,7 @@ int Run() {
   GrpcServerOptions server_options;
   server_options.listen_address = absl::GetFlag(FLAGS_listen);
   server_options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
+  server_options.grpc_threads = absl::GetFlag(FLAGS_grpc_threads);
   server_options.tls.cert_file = absl::GetFlag(FLAGS_tls_cert_file);
   server_options.tls.key_file = absl::GetFlag(FLAGS_tls_key_file);
   server_options.tls.client_ca_file = absl::GetFlag(FLAGS_tls_client_ca_file);

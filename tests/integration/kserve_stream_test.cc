@@ -3,7 +3,7 @@
 // pipelined on one stream, each answered once and byte for byte as unary
 // ModelInfer answers it, matched by id; per-request errors that leave the
 // stream open; requests that really overlap and come back in completion
-// order; a stream that stops reading at ModelStreamReactor::kMaxPending; and
+// order; a stream that stops reading at ModelStreamCall::kMaxPending; and
 // client cancellation and server shutdown with requests in flight, after
 // which every accepted request has been answered and nothing hangs. Requests
 // are held in flight with tests/test_util/gated_backend.h; every wait is
@@ -424,13 +424,13 @@ TEST_F(KServeStreamTest, StreamStopsReadingAtMaxPendingAndResumes) {
   GatedBackendOptions gated;
   gated.run = gate;
   InferenceCoreOptions options;
-  options.executor.max_queued = 2 * ModelStreamReactor::kMaxPending;  // never the limit here
+  options.executor.max_queued = 2 * ModelStreamCall::kMaxPending;  // never the limit here
   StartServer(GatedBackend::AroundCpu(gated), options);
   absl::Cleanup open_gate = [gate] { gate->Open(); };
   const v1::GraphDef graph = SmallGraph("small");
   Load(graph);
   constexpr int kExtra = 8;
-  constexpr int kRequests = ModelStreamReactor::kMaxPending + kExtra;
+  constexpr int kRequests = ModelStreamCall::kMaxPending + kExtra;
   std::vector<CheckedRequest> requests;
   for (int i = 0; i < kRequests; ++i) {
     requests.push_back(SmallRequest(graph, absl::StrCat("request-", i), 100 + i));
@@ -441,14 +441,14 @@ TEST_F(KServeStreamTest, StreamStopsReadingAtMaxPendingAndResumes) {
   // returns whether or not the server reads them.
   for (const CheckedRequest& request : requests) ASSERT_TRUE(stream.Write(request.request));
   InferenceCore* core = server_->core();
-  ASSERT_TRUE(Eventually([core] { return core->accepted() >= ModelStreamReactor::kMaxPending; },
+  ASSERT_TRUE(Eventually([core] { return core->accepted() >= ModelStreamCall::kMaxPending; },
                          kPatience));
   // A round trip on the stream's connection after every request was sent: a
   // stream that went on reading would have taken more by now.
   grpc::ClientContext live_context;
   inference::ServerLiveResponse live;
   ASSERT_TRUE(stub_->ServerLive(&live_context, inference::ServerLiveRequest(), &live).ok());
-  EXPECT_EQ(core->accepted(), ModelStreamReactor::kMaxPending);
+  EXPECT_EQ(core->accepted(), ModelStreamCall::kMaxPending);
   EXPECT_THAT(stream.responses(), IsEmpty());
 
   gate->Open();

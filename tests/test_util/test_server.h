@@ -26,6 +26,8 @@ struct TestServerOptions {
   ServerTlsOptions tls;
   GraphManagementOptions graph_management;
   std::string graph_dir;
+  // gRPC completion queues (GrpcServerOptions::grpc_threads).
+  int grpc_threads = 2;
 };
 
 class TestServer {
