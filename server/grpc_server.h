@@ -44,7 +44,7 @@ struct GrpcServerOptions {
   SharedMemoryLimits shared_memory;
   // gRPC completion queues, one thread each, that run every call's events
   // (server/queued_calls.h).
-  int grpc_threads = 2;
+  int grpc_threads = 4;
   // Called (once, from a worker thread) when no GPU serves any more,
   // after health has turned NOT_SERVING; main() shuts down and exits
   // non-zero so the orchestrator restarts the process.

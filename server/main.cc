@@ -31,9 +31,9 @@ ABSL_FLAG(std::string, listen, "0.0.0.0:8001", "gRPC listen address (host:port)"
 ABSL_FLAG(std::string, backend, "auto",
           "inference backend: auto (GPU when present, else CPU), cpu or cuda");
 ABSL_FLAG(int, max_message_bytes, 256 << 20, "largest gRPC request or response, in bytes");
-ABSL_FLAG(int, grpc_threads, 2,
-          "gRPC completion queues, one thread each, that run every call's events (more are not "
-          "faster: docs/runtime.md, \"gRPC's threads\")");
+ABSL_FLAG(int, grpc_threads, 4,
+          "gRPC completion queues, one thread each, that run every call's events "
+          "(docs/runtime.md, \"gRPC's threads\")");
 ABSL_FLAG(int, cpu_threads, 0, "threads of the CPU backend; 0 = one per hardware thread");
 ABSL_FLAG(std::vector<std::string>, gpus, {},
           "CUDA devices to serve on, e.g. 0,1; empty means every visible GPU");

@@ -26,8 +26,9 @@ struct TestServerOptions {
   ServerTlsOptions tls;
   GraphManagementOptions graph_management;
   std::string graph_dir;
-  // gRPC completion queues (GrpcServerOptions::grpc_threads).
-  int grpc_threads = 2;
+  // gRPC completion queues (GrpcServerOptions::grpc_threads, the
+  // server's default).
+  int grpc_threads = 4;
 };
 
 class TestServer {
