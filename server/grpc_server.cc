@@ -101,6 +101,7 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(const GrpcServerOp
     server->kserve_.Listen(queue, kHotCalls, &server->control_);
     server->health_.Listen(queue);
   }
+  server->threads_->Start();
   server->health_.SetServing(true);
   return server;
 }

@@ -12,8 +12,9 @@ void FinishCall(ServerCall* call, const absl::Status& status) {
   call->Finish(ToGrpcStatus(status));
 }
 
-QueueThreads::QueueThreads(std::vector<std::unique_ptr<grpc::ServerCompletionQueue>> queues)
-    : queues_(std::move(queues)) {
+void QueueThreads::Start() {
+  if (started_) return;
+  started_ = true;
   for (size_t i = 0; i < queues_.size(); ++i) {
     threads_.emplace_back([this, i] {
       NameThisThread(absl::StrCat("cs-grpc", i));
@@ -26,6 +27,7 @@ QueueThreads::QueueThreads(std::vector<std::unique_ptr<grpc::ServerCompletionQue
 
 void QueueThreads::Stop() {
   if (stopped_.exchange(true)) return;
+  Start();  // the calls' last events must run
   // Every call cut off by the server's shutdown ends within moments; a
   // handler that never finishes its call holds the shutdown here.
   int64_t left = 0;
