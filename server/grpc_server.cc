@@ -103,6 +103,9 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(const GrpcServerOp
   }
   server->threads_->Start();
   server->health_.SetServing(true);
+  // A GPU lost while the server started turned health NOT_SERVING (the
+  // observer sets the flag first): it stays so.
+  if (server->no_healthy_device_.load()) server->health_.SetServing(false);
   return server;
 }
 
@@ -115,7 +118,9 @@ GrpcServer::~GrpcServer() {
 }
 
 void GrpcServer::Shutdown(absl::Duration grace) {
-  if (server_ == nullptr || shut_down_.exchange(true)) return;
+  absl::MutexLock lock(&shutdown_mu_);  // a second caller returns once the first is done
+  if (server_ == nullptr || shut_down_) return;
+  shut_down_ = true;
   health_.Shutdown();
   core_->Drain();
   server_->Shutdown(absl::ToChronoTime(absl::Now() + grace));

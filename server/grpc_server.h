@@ -11,7 +11,9 @@
 #include <memory>
 #include <string>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "server/convserve_service.h"
 #include "server/graph_management_policy.h"
@@ -100,7 +102,8 @@ class GrpcServer {
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<QueueThreads> threads_;  // stopped after server_ shuts down
   int port_ = 0;
-  std::atomic<bool> shut_down_{false};
+  absl::Mutex shutdown_mu_;
+  bool shut_down_ ABSL_GUARDED_BY(shutdown_mu_) = false;
   std::atomic<bool> no_healthy_device_{
       false};  // Shutdown may be called from a signal thread and a destructor
 };

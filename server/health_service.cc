@@ -21,8 +21,7 @@ class HealthService::Watch {
   // cannot be the watch's last step.
   void Tell(Status status, bool last) {
     absl::MutexLock lock(&mu_);
-    if (!known_) return;  // SERVICE_UNKNOWN, which never changes
-    wanted_ = status;
+    if (known_) wanted_ = status;  // an unknown service stays SERVICE_UNKNOWN
     last_ = last_ || last;
     NextLocked();
   }
@@ -40,14 +39,14 @@ class HealthService::Watch {
       return;
     }
     Listen(health_, queue_);
-    if (request_.service().empty()) {
-      health_->Add(this);  // tells it the status
-      return;
+    if (!request_.service().empty()) {
+      absl::MutexLock lock(&mu_);
+      known_ = false;
+      wanted_ = HealthCheckResponse::SERVICE_UNKNOWN;
     }
-    absl::MutexLock lock(&mu_);
-    known_ = false;
-    wanted_ = HealthCheckResponse::SERVICE_UNKNOWN;
-    NextLocked();
+    // Tells it the status (SERVICE_UNKNOWN for another name); registered
+    // either way, so that every open watch ends at Shutdown.
+    health_->Add(this);
   }
   void Written(bool ok) {
     bool over = false;
@@ -85,7 +84,7 @@ class HealthService::Watch {
   // gRPC is done with the call: then the caller deletes it.
   bool NextLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (writing_ || finishing_) return false;
-    if (!ended_ && sent_ != wanted_) {
+    if (!ended_ && !finished_ && sent_ != wanted_) {
       response_.set_status(wanted_);
       sent_ = wanted_;
       writing_ = true;

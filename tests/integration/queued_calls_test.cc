@@ -118,6 +118,28 @@ TEST(QueuedCallsTest, WatchOfAnUnknownServiceSaysSoAndStaysOpen) {
   EXPECT_TRUE(Check(*stub, "", &check).ok());
 }
 
+// A watch of another name ends at shutdown too: the shutdown does not wait
+// out its grace for it.
+TEST(QueuedCallsTest, WatchOfAnUnknownServiceEndsAtShutdown) {
+  std::unique_ptr<TestServer> server = ServerWith(1);
+  std::unique_ptr<Health::Stub> stub = HealthStub(*server);
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + kWait));
+  HealthCheckRequest request;
+  request.set_service("no.such.Service");
+  auto reader = stub->Watch(&context, request);
+  HealthCheckResponse response;
+  ASSERT_TRUE(reader->Read(&response));
+  EXPECT_EQ(response.status(), HealthCheckResponse::SERVICE_UNKNOWN);
+  const absl::Time start = absl::Now();
+  std::thread stopper([&] { server->server()->Shutdown(absl::Seconds(20)); });
+  EXPECT_FALSE(reader->Read(&response)) << "a second status: " << response.status();
+  const grpc::Status status = reader->Finish();
+  stopper.join();
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10)) << "shutdown waited for the open watch";
+}
+
 // One queue thread: an UnloadGraph that waits for a warm-up held at the
 // gate runs on a control thread, and the queue goes on answering.
 TEST(QueuedCallsTest, ABlockedUnloadDoesNotHoldTheQueue) {
