@@ -18,6 +18,7 @@
 #include "client/graph_file.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "inference/grpc_predict_v2.grpc.pb.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/test_util/gated_backend.h"
 #include "tests/test_util/small_graph.h"
@@ -29,18 +30,23 @@ namespace {
 using grpc::health::v1::Health;
 using grpc::health::v1::HealthCheckRequest;
 using grpc::health::v1::HealthCheckResponse;
+using ::testing::ElementsAre;
+using ::testing::IsEmpty;
 
 constexpr absl::Duration kWait = absl::Seconds(30);
 
-ClientOptions ClientFor(const TestServer& server) {
-  ClientOptions options;
-  options.address = server.address();
-  return options;
+std::unique_ptr<Health::Stub> HealthStub(const std::string& address) {
+  return Health::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
 }
 
-std::unique_ptr<Health::Stub> HealthStub(const TestServer& server) {
-  return Health::NewStub(
-      grpc::CreateChannel(server.address(), grpc::InsecureChannelCredentials()));
+// A Watch of `service`, ended by the server or after kWait.
+std::unique_ptr<grpc::ClientReader<HealthCheckResponse>> Watch(Health::Stub& stub,
+                                                               grpc::ClientContext* context,
+                                                               const std::string& service) {
+  context->set_deadline(absl::ToChronoTime(absl::Now() + kWait));
+  HealthCheckRequest request;
+  request.set_service(service);
+  return stub.Watch(context, request);
 }
 
 std::unique_ptr<TestServer> ServerWith(int grpc_threads, std::unique_ptr<Backend> backend = {}) {
@@ -68,7 +74,7 @@ grpc::Status Check(Health::Stub& stub, const std::string& service, HealthCheckRe
 
 TEST(QueuedCallsTest, HealthCheckAnswersForTheServerAndRefusesOtherNames) {
   std::unique_ptr<TestServer> server = ServerWith(2);
-  std::unique_ptr<Health::Stub> stub = HealthStub(*server);
+  std::unique_ptr<Health::Stub> stub = HealthStub(server->address());
   HealthCheckResponse response;
   grpc::Status status = Check(*stub, "", &response);
   ASSERT_TRUE(status.ok()) << status.error_message();
@@ -77,32 +83,41 @@ TEST(QueuedCallsTest, HealthCheckAnswersForTheServerAndRefusesOtherNames) {
   EXPECT_EQ(status.error_code(), grpc::StatusCode::NOT_FOUND);
 }
 
-TEST(QueuedCallsTest, WatchSeesServingThenNotServingAtShutdownAndEnds) {
-  std::unique_ptr<TestServer> server = ServerWith(2);
-  std::unique_ptr<Health::Stub> stub = HealthStub(*server);
+// Opens a watch of `service`, expects `first`, then shuts the server down
+// with a long grace: the watch must end because health shut down, not
+// because the grace ran out and gRPC cancelled it. Returns the statuses the
+// watch was told after the first.
+std::vector<HealthCheckResponse::ServingStatus> WatchThroughShutdown(
+    TestServer& server, const std::string& service, HealthCheckResponse::ServingStatus first) {
+  std::unique_ptr<Health::Stub> stub = HealthStub(server.address());
   grpc::ClientContext context;
-  context.set_deadline(absl::ToChronoTime(absl::Now() + kWait));
-  HealthCheckRequest request;
-  auto reader = stub->Watch(&context, request);
+  auto reader = Watch(*stub, &context, service);
   HealthCheckResponse response;
-  ASSERT_TRUE(reader->Read(&response));
-  EXPECT_EQ(response.status(), HealthCheckResponse::SERVING);
-  // A long grace: the watch must end because health shut down, not because
-  // the grace ran out and gRPC cancelled it.
+  std::vector<HealthCheckResponse::ServingStatus> later;
+  if (!reader->Read(&response)) {
+    ADD_FAILURE() << "the watch of '" << service << "' was told no status";
+    return later;
+  }
+  EXPECT_EQ(response.status(), first);
   const absl::Time start = absl::Now();
-  std::thread stopper([&] { server->server()->Shutdown(absl::Seconds(20)); });
-  ASSERT_TRUE(reader->Read(&response));
-  EXPECT_EQ(response.status(), HealthCheckResponse::NOT_SERVING);
-  EXPECT_FALSE(reader->Read(&response));
+  std::thread stopper([&] { server.server()->Shutdown(absl::Seconds(20)); });
+  while (reader->Read(&response)) later.push_back(response.status());
   const grpc::Status status = reader->Finish();
   stopper.join();
   EXPECT_TRUE(status.ok()) << status.error_message();
   EXPECT_LT(absl::Now() - start, absl::Seconds(10)) << "shutdown waited for the open watch";
+  return later;
+}
+
+TEST(QueuedCallsTest, WatchSeesServingThenNotServingAtShutdownAndEnds) {
+  std::unique_ptr<TestServer> server = ServerWith(2);
+  EXPECT_THAT(WatchThroughShutdown(*server, "", HealthCheckResponse::SERVING),
+              ElementsAre(HealthCheckResponse::NOT_SERVING));
 }
 
 TEST(QueuedCallsTest, WatchOfAnUnknownServiceSaysSoAndStaysOpen) {
   std::unique_ptr<TestServer> server = ServerWith(1);
-  std::unique_ptr<Health::Stub> stub = HealthStub(*server);
+  std::unique_ptr<Health::Stub> stub = HealthStub(server->address());
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Milliseconds(500)));
   HealthCheckRequest request;
@@ -118,26 +133,12 @@ TEST(QueuedCallsTest, WatchOfAnUnknownServiceSaysSoAndStaysOpen) {
   EXPECT_TRUE(Check(*stub, "", &check).ok());
 }
 
-// A watch of another name ends at shutdown too: the shutdown does not wait
-// out its grace for it.
+// A watch of another name ends at shutdown too, told nothing more.
 TEST(QueuedCallsTest, WatchOfAnUnknownServiceEndsAtShutdown) {
   std::unique_ptr<TestServer> server = ServerWith(1);
-  std::unique_ptr<Health::Stub> stub = HealthStub(*server);
-  grpc::ClientContext context;
-  context.set_deadline(absl::ToChronoTime(absl::Now() + kWait));
-  HealthCheckRequest request;
-  request.set_service("no.such.Service");
-  auto reader = stub->Watch(&context, request);
-  HealthCheckResponse response;
-  ASSERT_TRUE(reader->Read(&response));
-  EXPECT_EQ(response.status(), HealthCheckResponse::SERVICE_UNKNOWN);
-  const absl::Time start = absl::Now();
-  std::thread stopper([&] { server->server()->Shutdown(absl::Seconds(20)); });
-  EXPECT_FALSE(reader->Read(&response)) << "a second status: " << response.status();
-  const grpc::Status status = reader->Finish();
-  stopper.join();
-  EXPECT_TRUE(status.ok()) << status.error_message();
-  EXPECT_LT(absl::Now() - start, absl::Seconds(10)) << "shutdown waited for the open watch";
+  EXPECT_THAT(
+      WatchThroughShutdown(*server, "no.such.Service", HealthCheckResponse::SERVICE_UNKNOWN),
+      IsEmpty());
 }
 
 // One queue thread: an UnloadGraph that waits for a warm-up held at the
@@ -147,7 +148,7 @@ TEST(QueuedCallsTest, ABlockedUnloadDoesNotHoldTheQueue) {
   GatedBackendOptions gated;
   gated.compile = gate;
   std::unique_ptr<TestServer> server = ServerWith(1, GatedBackend::AroundCpu(gated));
-  ConvServeClient client(ClientFor(*server));
+  ConvServeClient client(server->client_options());
   v1::LoadGraphRequest load;
   *load.mutable_graph() = SmallConvGraph("held", 7);
   v1::TensorShape* shape = load.mutable_warmup()->add_shapes();
@@ -179,7 +180,7 @@ TEST(QueuedCallsTest, ABlockedUnloadDoesNotHoldTheQueue) {
 // answered, with the right graph's output shape.
 TEST(QueuedCallsTest, ManyCallsOverFourQueuesAreAllAnswered) {
   std::unique_ptr<TestServer> server = ServerWith(4);
-  ConvServeClient loader(ClientFor(*server));
+  ConvServeClient loader(server->client_options());
   v1::LoadGraphRequest load;
   *load.mutable_graph() = SmallConvGraph("spread", 7);
   ASSERT_TRUE(loader.LoadGraph(load).ok());
@@ -187,7 +188,7 @@ TEST(QueuedCallsTest, ManyCallsOverFourQueuesAreAllAnswered) {
   std::atomic<int> answered{0};
   for (int c = 0; c < 4; ++c) {
     clients.emplace_back([&, c] {
-      ClientOptions options = ClientFor(*server);
+      ClientOptions options = server->client_options();
       options.own_connection = true;
       ConvServeClient client(options);
       for (int i = 0; i < 50; ++i) {
@@ -227,7 +228,7 @@ TEST(QueuedCallsTest, ShutdownWithoutGraceWhileCallsOfEveryKindAreOpenEndsThemAl
     SCOPED_TRACE(round);
     std::unique_ptr<TestServer> server = ServerWith(2);
     const std::string address = server->address();
-    ConvServeClient loader(ClientFor(*server));
+    ConvServeClient loader(server->client_options());
     v1::LoadGraphRequest load;
     *load.mutable_graph() = SmallConvGraph("open", 7);
     ASSERT_TRUE(loader.LoadGraph(load).ok());
@@ -254,13 +255,9 @@ TEST(QueuedCallsTest, ShutdownWithoutGraceWhileCallsOfEveryKindAreOpenEndsThemAl
     }
     for (const char* service : {"", "no.such.Service"}) {
       clients.emplace_back([&, service] {
-        std::unique_ptr<Health::Stub> stub =
-            Health::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+        std::unique_ptr<Health::Stub> stub = HealthStub(address);
         grpc::ClientContext context;
-        context.set_deadline(absl::ToChronoTime(absl::Now() + kWait));
-        HealthCheckRequest request;
-        request.set_service(service);
-        auto reader = stub->Watch(&context, request);
+        auto reader = Watch(*stub, &context, service);
         HealthCheckResponse response;
         while (reader->Read(&response)) {
         }
@@ -269,8 +266,7 @@ TEST(QueuedCallsTest, ShutdownWithoutGraceWhileCallsOfEveryKindAreOpenEndsThemAl
     }
     for (int u = 0; u < 2; ++u) {
       clients.emplace_back([&, u] {
-        ClientOptions options;
-        options.address = address;
+        ClientOptions options = server->client_options();
         options.own_connection = true;
         ConvServeClient client(options);
         for (uint64_t i = 0; client.Infer(SmallRequest("open", 1, 1000 * u + i)).ok(); ++i) {

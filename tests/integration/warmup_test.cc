@@ -30,12 +30,6 @@ using ::testing::HasSubstr;
 
 constexpr absl::Duration kWait = absl::Seconds(30);
 
-ClientOptions ClientFor(const TestServer& server) {
-  ClientOptions options;
-  options.address = server.address();
-  return options;
-}
-
 v1::TensorShape ShapeProto(std::vector<int64_t> dims) {
   v1::TensorShape shape;
   for (int64_t d : dims) shape.add_dims(d);
@@ -82,7 +76,7 @@ int64_t PlanMisses(TestServer& server) {
 
 TEST(WarmupTest, LoadGraphWaitsAndTheFirstRequestBuildsNothing) {
   std::unique_ptr<TestServer> server = TestServer::Start();
-  ConvServeClient client(ClientFor(*server));
+  ConvServeClient client(server->client_options());
   absl::StatusOr<v1::LoadGraphResponse> loaded =
       client.LoadGraph(LoadRequest("warm", {{1, 3, 8, 8}, {2, 3, 10, 12}}));
   ASSERT_TRUE(loaded.ok()) << loaded.status();
@@ -118,7 +112,7 @@ TEST(WarmupTest, LoadGraphWaitsAndTheFirstRequestBuildsNothing) {
 
 TEST(WarmupTest, NoWarmupIsReadyAtOnce) {
   std::unique_ptr<TestServer> server = TestServer::Start();
-  ConvServeClient client(ClientFor(*server));
+  ConvServeClient client(server->client_options());
   absl::StatusOr<v1::LoadGraphResponse> loaded = client.LoadGraph(SmallConvGraph("plain", 1));
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   EXPECT_EQ(loaded->graph().state(), v1::GraphInfo::READY);
@@ -131,7 +125,7 @@ TEST(WarmupTest, NoWarmupIsReadyAtOnce) {
 TEST(WarmupTest, ReturnBeforeReadyReportsWarmingUntilTheWarmupEnds) {
   auto gate = std::make_shared<BackendGate>();
   std::unique_ptr<TestServer> server = ServerWithGatedCompiles(gate);
-  ConvServeClient client(ClientFor(*server));
+  ConvServeClient client(server->client_options());
   // Another graph, ready before: its readiness is its own.
   ASSERT_TRUE(client.LoadGraph(SmallConvGraph("other", 2)).ok());
 
@@ -176,7 +170,7 @@ TEST(WarmupTest, RequestedShapesThatDoNotFitAreRefusedAndLoadNothing) {
   InferenceCoreOptions options;
   options.max_request_flops = 1e6;
   std::unique_ptr<TestServer> server = TestServer::Start(options);
-  ConvServeClient client(ClientFor(*server));
+  ConvServeClient client(server->client_options());
   struct Case {
     std::vector<int64_t> dims;
     std::string names;
@@ -217,7 +211,7 @@ TEST(WarmupTest, ServerDefaultsApplyAndAnUnfitOneFailsOnlyItsGraph) {
   ASSERT_TRUE(sizes.ok()) << sizes.status();
   options.default_warmup = *sizes;
   std::unique_ptr<TestServer> server = TestServer::Start(options);
-  ConvServeClient client(ClientFor(*server));
+  ConvServeClient client(server->client_options());
 
   absl::StatusOr<v1::LoadGraphResponse> loaded = client.LoadGraph(SmallConvGraph("defaults", 3));
   ASSERT_TRUE(loaded.ok()) << loaded.status();
@@ -256,7 +250,7 @@ TEST(WarmupTest, ServerDefaultsApplyAndAnUnfitOneFailsOnlyItsGraph) {
 
 TEST(WarmupTest, DynamicBatchingWarmsTheBatchesItForms) {
   std::unique_ptr<TestServer> server = TestServer::Start();
-  ConvServeClient client(ClientFor(*server));
+  ConvServeClient client(server->client_options());
   v1::LoadGraphRequest request = LoadRequest("batched", {{1, 3, 8, 8}});
   request.mutable_dynamic_batching()->set_max_batch_size(8);
   request.mutable_dynamic_batching()->add_preferred_batch_size(4);
@@ -271,7 +265,7 @@ TEST(WarmupTest, DynamicBatchingWarmsTheBatchesItForms) {
 TEST(WarmupTest, UnloadStopsTheWarmupAndAnswersItsWaiters) {
   auto gate = std::make_shared<BackendGate>();
   std::unique_ptr<TestServer> server = ServerWithGatedCompiles(gate);
-  ConvServeClient client(ClientFor(*server));
+  ConvServeClient client(server->client_options());
   absl::StatusOr<v1::LoadGraphResponse> waited;
   std::thread loader(
       [&] { waited = client.LoadGraph(LoadRequest("gone", {{1, 3, 8, 8}, {1, 3, 9, 9}})); });

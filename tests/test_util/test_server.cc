@@ -68,4 +68,10 @@ absl::StatusOr<std::unique_ptr<TestServer>> TestServer::TryServe(
 
 std::string TestServer::address() const { return absl::StrCat("127.0.0.1:", server_->port()); }
 
+ClientOptions TestServer::client_options() const {
+  ClientOptions options;
+  options.address = address();
+  return options;
+}
+
 }  // namespace convserve

@@ -5,6 +5,7 @@
 #include <memory>
 #include <string>
 
+#include "client/convserve_client.h"
 #include "engine/backend.h"
 #include "engine/runtime/request_runner.h"
 #include "server/grpc_server.h"
@@ -54,6 +55,8 @@ class TestServer {
 
   // "127.0.0.1:PORT".
   std::string address() const;
+  // A client's options for this server (the address; the rest default).
+  ClientOptions client_options() const;
   InferenceCore* core() { return core_.get(); }
   GrpcServer* server() { return server_.get(); }
 
