@@ -124,6 +124,10 @@ absl::StatusOr<std::vector<Shape>> InferenceCore::WarmupShapes(
 absl::StatusOr<GraphRegistry::AddResult> InferenceCore::LoadGraph(
     GraphSpec spec, std::optional<DynamicBatchingOptions> requested,
     const WarmupRequest& warmup) {
+  if (!ready_.load()) {
+    return absl::UnavailableError(
+        absl::StrCat("the server is shutting down: graph '", spec.name, "' was not loaded"));
+  }
   const DynamicBatchingOptions batching = requested.value_or(options_.default_batching);
   absl::Status valid = ValidateDynamicBatching(batching);
   if (!valid.ok()) {

@@ -1,7 +1,7 @@
 // grpc.health.v1 turns NOT_SERVING as soon as a graceful shutdown begins,
 // while accepted requests are still running, so load balancers and
 // Kubernetes stop sending before the server goes; the accepted request still
-// completes OK and new ones are refused with UNAVAILABLE.
+// completes OK and new requests and graph loads are refused with UNAVAILABLE.
 #include <grpcpp/grpcpp.h>
 
 #include <cstdio>
@@ -108,6 +108,10 @@ TEST(HealthDrainTest, NotServingWhileAcceptedRequestStillRuns) {
   }
   const absl::StatusOr<v1::InferResponse> refused = client.Infer(held.request);
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnavailable) << refused.status();
+  // So is a graph loaded during the drain: it could never serve.
+  const absl::Status late = client.LoadGraph(ObservedGraph("late")).status();
+  EXPECT_EQ(late.code(), absl::StatusCode::kUnavailable) << late;
+  EXPECT_FALSE(server->core()->FindGraph("late").ok());
   EXPECT_EQ(StatusName(CheckHealth(*health)), "NOT_SERVING");
   EXPECT_FALSE(answered.HasBeenNotified());
 
