@@ -102,10 +102,11 @@ class GrpcServer {
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<QueueThreads> threads_;  // stopped after server_ shuts down
   int port_ = 0;
+  // Shutdown may be called from a signal thread and a destructor: the
+  // second caller waits for the first.
   absl::Mutex shutdown_mu_;
   bool shut_down_ ABSL_GUARDED_BY(shutdown_mu_) = false;
-  std::atomic<bool> no_healthy_device_{
-      false};  // Shutdown may be called from a signal thread and a destructor
+  std::atomic<bool> no_healthy_device_{false};
 };
 
 }  // namespace convserve
