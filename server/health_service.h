@@ -3,8 +3,8 @@
 // the server back on the callback threads (server/queued_calls.h). It
 // answers as gRPC's own does: the server as a whole ("") is known, other
 // names are NOT_FOUND for Check and SERVICE_UNKNOWN for Watch; after
-// Shutdown the status stays NOT_SERVING and every open watch ends (told
-// NOT_SERVING, or SERVICE_UNKNOWN again for another name).
+// Shutdown the status stays NOT_SERVING and every open watch ends (a watch
+// of "" told NOT_SERVING first; one of another name told nothing more).
 #ifndef CONVSERVE_SERVER_HEALTH_SERVICE_H_
 #define CONVSERVE_SERVER_HEALTH_SERVICE_H_
 
