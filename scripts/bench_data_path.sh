@@ -98,6 +98,14 @@ start_server nospin --worker_spin_us=0
 run sys_401k_nospin 1,64,56,56 1 --shared_memory=system --calls=blocking
 run sys_12m_nospin 32,64,56,56 1 --shared_memory=system --calls=blocking
 run cuda_12m_nospin 32,64,56,56 1 --shared_memory=cuda --calls=blocking
+# Workers that wait for each request before they launch the next
+# (--launch_ahead=false): what launching ahead gives at 64 in flight.
+start_server noahead --launch_ahead=false
+nvidia-smi --query-gpu=utilization.gpu --format=csv,noheader,nounits -lms 100 \
+  > "$out/utilization_noahead.txt" 2>/dev/null &
+smi=$!
+run cuda_401k_c64_noahead 1,64,56,56 64 --shared_memory=cuda
+kill $smi 2>/dev/null
 # Four workers per GPU at 64 in flight (the GPU-busy target).
 start_server w4 --workers_per_gpu=4
 nvidia-smi --query-gpu=utilization.gpu --format=csv,noheader,nounits -lms 100 \
@@ -165,6 +173,7 @@ for name, label, n in [
     ("msg_401k_c64", "1x64x56x56, 64 in flight, gRPC bytes", 1),
     ("cuda_401k_c64", "1x64x56x56, 64 in flight, CUDA shm", 1),
     ("cuda_401k_c64_1conn", "the same, one connection", 1),
+    ("cuda_401k_c64_noahead", "the same, --launch_ahead=false", 1),
     ("cuda_401k_c64_w4", "the same, 4 connections, 4 workers", 1),
     ("cuda_401k_c64_stream", "64 in flight, CUDA shm, gRPC stream", 1),
     ("cuda_401k_c64_stream_w4", "the same, 4 workers", 1)]:
@@ -186,14 +195,16 @@ print("columns: latency from convserve-load (closed loop, 1 in flight unless sai
       "issue's figures (same host kind, gRPC bytes); floor = pinned H2D + D2H of the tensor "
       "(PyTorch, this host); server/queue/copies/GPU = the server's mean request, queue, "
       "H2D+D2H and compute time (GetStatistics); outside = client mean - server request time")
-for name, calls, workers in (("utilization.txt", "unary calls", 2),
-                             ("utilization_w4.txt", "unary calls", 4),
-                             ("utilization_stream.txt", "one stream", 2),
-                             ("utilization_stream_w4.txt", "one stream", 4)):
+for name, calls, workers in (("utilization.txt", "unary calls", "2 workers"),
+                             ("utilization_noahead.txt", "unary calls",
+                              "2 workers, --launch_ahead=false"),
+                             ("utilization_w4.txt", "unary calls", "4 workers"),
+                             ("utilization_stream.txt", "one stream", "2 workers"),
+                             ("utilization_stream_w4.txt", "one stream", "4 workers")):
     path = os.path.join(out, name)
     util = [float(x) for x in open(path) if x.strip()] if os.path.exists(path) else []
     if util:
-        print(f"GPU busy at 64 in flight, CUDA shm, {calls}, {workers} workers (target >= 60%; "
+        print(f"GPU busy at 64 in flight, CUDA shm, {calls}, {workers} (target >= 60%; "
               f"before 11% with gRPC bytes): mean {sum(util)/len(util):.0f}% of {len(util)} samples")
 for n, (total, h2d_gbs, d2h_gbs) in sorted(floor.items()):
     print(f"pinned copy floor N={n}: {total:.3f} ms round trip (H2D {h2d_gbs:.1f} GB/s, D2H {d2h_gbs:.1f} GB/s)")

@@ -66,6 +66,7 @@ absl::StatusOr<RunnerChoice> MakeGpu(const BackendConfig& config) {
   options.devices = config.gpus;
   options.workers_per_device = config.workers_per_gpu;
   options.worker_spin = config.worker_spin;
+  options.launch_ahead = config.launch_ahead;
   options.completion_threads = config.completion_threads;
   options.max_queued_per_device = config.executor.max_queued;
   ASSIGN_OR_RETURN(options.selection.search, ParseEngineSearch(config.engine_selection));

@@ -25,6 +25,9 @@ struct BackendConfig {
   // Worker threads (each with its own cuDNN handle and stream) per GPU.
   int workers_per_gpu = 2;
   absl::Duration worker_spin = absl::Microseconds(500);
+  // GPU workers launch a waiting request before the last one ends
+  // (DevicePoolOptions::launch_ahead).
+  bool launch_ahead = true;
   // Threads that answer the GPU workers' requests; 0: one per worker.
   int completion_threads = 0;
   // CPU: request workers and queue. GPU: max_queued is per GPU.

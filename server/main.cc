@@ -43,6 +43,10 @@ ABSL_FLAG(int, worker_spin_us, 500,
           "GPU backend: microseconds one worker per GPU keeps polling for the next request "
           "before it sleeps (saves a thread wake-up per request under steady traffic; costs a "
           "busy core per GPU while requests keep coming); 0: sleep at once");
+ABSL_FLAG(bool, launch_ahead, true,
+          "GPU backend: a worker launches the next waiting request of the same graph and "
+          "shape, when its input and output are in CUDA or registered shared memory, before it "
+          "waits for the last one (docs/runtime.md, \"Launching ahead\")");
 ABSL_FLAG(int, completion_threads, 0,
           "GPU backend: threads that answer requests (the response, metrics and gRPC's write) "
           "while a worker takes its next request or batch; 0: one per worker");
@@ -242,6 +246,7 @@ int Run() {
     return 2;
   }
   backend_config.worker_spin = absl::Microseconds(absl::GetFlag(FLAGS_worker_spin_us));
+  backend_config.launch_ahead = absl::GetFlag(FLAGS_launch_ahead);
   if (absl::GetFlag(FLAGS_completion_threads) < 0) {
     spdlog::critical("--completion_threads must be >= 0");
     return 2;

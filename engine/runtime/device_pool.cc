@@ -74,7 +74,8 @@ struct DevicePool::Task {
   // server does not fault the same way; both are formatted only then.
   std::shared_ptr<const std::vector<ConvLayerProblem>> problems;
   std::vector<std::shared_ptr<ConvLayerPlan>> plans;
-  // The --testing_fault_graph hook ran: it, not an engine, faults.
+  // A request of the --testing_fault_graph graph: the hook, not an engine,
+  // faults.
   bool fault_hook = false;
 
   std::string Engines() const {
@@ -94,6 +95,25 @@ struct DevicePool::Task {
   void Fail(const absl::Status& status) {
     for (InferCall& call : calls) call.done(status, {}, {});
   }
+};
+
+// One task's execution from its launch to its end (Launch, Finish).
+struct DevicePool::Execution {
+  // Non-OK: the execution failed; OK: `results` says how each call ended.
+  absl::Status status;
+  std::vector<absl::Status> results;
+  InferTimings timings;
+  // Which of the worker's two event sets it records.
+  int events = 0;
+  // Calls not cancelled before it ran; each one's slice of the output.
+  std::vector<size_t> live;
+  std::vector<size_t> out_offset, call_out_bytes;
+  bool input_in_place = false;
+  bool output_in_place = false;
+  double stage_in = 0;
+  // The captured graph it replays, held until it ends: the cache may drop
+  // the graph meanwhile.
+  std::shared_ptr<CapturedLayers> captured;
 };
 
 // One warm-up of one execution shape, shared by the workers that build its
@@ -122,7 +142,9 @@ struct DevicePool::Worker {
   int index = 0;
   CudaStream stream;
   CudnnHandle handle;
-  CudaEvent events[4];
+  // Two sets of timing events: an execution launched ahead of the last
+  // one's end (RunTask) times itself with the set the last one does not use.
+  CudaEvent events[2][4];
   CudaEvent layer_done;
   DeviceBuffer input, ping, pong, workspace;
   PinnedBuffer staging_in, staging_out;
@@ -167,6 +189,8 @@ struct DevicePool::Device {
   std::atomic<int64_t> outstanding{0};
   std::atomic<int64_t> completed{0};
   std::atomic<int64_t> failed{0};
+  // Requests launched before their worker had seen its previous one end.
+  std::atomic<int64_t> launched_ahead{0};
   // Set by the first sticky CUDA error on any GPU of the process: CUDA then
   // fails all further work of the process.
   std::atomic<bool> lost{false};
@@ -218,6 +242,16 @@ absl::Status GrowLayerBuffers(Worker& worker, size_t in_bytes, size_t activation
   RETURN_IF_ERROR(Grow(&worker.ping, activation_bytes, moved));
   if (layers > 1) RETURN_IF_ERROR(Grow(&worker.pong, activation_bytes, moved));
   return Grow(&worker.workspace, static_cast<size_t>(workspace), moved);
+}
+
+// Whether GrowLayerBuffers would reallocate none of the worker's buffers.
+template <typename Worker>
+bool LayerBuffersFit(const Worker& worker, size_t in_bytes, size_t activation_bytes, size_t layers,
+                     int64_t workspace, bool input_in_place) {
+  return (input_in_place || worker.input.bytes() >= in_bytes) &&
+         worker.ping.bytes() >= activation_bytes &&
+         (layers <= 1 || worker.pong.bytes() >= activation_bytes) &&
+         worker.workspace.bytes() >= static_cast<size_t>(workspace);
 }
 
 // Layer i's buffers among `last` + 1: the first reads `first_input`, the
@@ -388,8 +422,10 @@ absl::StatusOr<std::unique_ptr<DevicePool>> DevicePool::Create(const DevicePoolO
       CUDA_RETURN_IF_ERROR(cudaSetDevice(device->ordinal));
       ASSIGN_OR_RETURN(worker->stream, CudaStream::Create());
       ASSIGN_OR_RETURN(worker->handle, CudnnHandle::Create(worker->stream.get()));
-      for (CudaEvent& event : worker->events) {
-        ASSIGN_OR_RETURN(event, CudaEvent::Create());
+      for (auto& set : worker->events) {
+        for (CudaEvent& event : set) {
+          ASSIGN_OR_RETURN(event, CudaEvent::Create());
+        }
       }
       ASSIGN_OR_RETURN(worker->layer_done, CudaEvent::Create());
       worker->graphs =
@@ -639,6 +675,7 @@ RunnerStats DevicePool::Stats() const {
     d.failed = device->failed.load();
     d.healthy = !device->lost.load();
     d.faults = device->faulted.load() ? 1 : 0;
+    d.launched_ahead = device->launched_ahead.load();
     {
       absl::MutexLock lock(&device->mu);
       d.queued = static_cast<int64_t>(device->queue.size());
@@ -786,10 +823,37 @@ bool RetryAlone(const absl::Status& status) {
 }  // namespace
 
 void DevicePool::RunTask(Device& device, Worker& worker, std::unique_ptr<Task> task) {
-  std::vector<absl::Status> results(task->calls.size());
-  InferTimings shared;
-  shared.device = absl::StrCat(device.ordinal);
-  absl::Status status = Execute(device, worker, *task, &results, &shared);
+  Execution execution;
+  execution.status = Launch(device, worker, *task, /*behind=*/false, &execution);
+  for (bool follower = false; task != nullptr; follower = true) {
+    // The request after this one goes on the stream before this one is
+    // waited for, so the GPU runs it without waiting for this thread.
+    std::unique_ptr<Task> next;
+    Execution next_execution;
+    if (execution.status.ok() && options_.launch_ahead) {
+      next = TakeFollower(device, worker, *task);
+    }
+    if (next != nullptr) {
+      ++device.launched_ahead;
+      next_execution.events = 1 - execution.events;
+      next_execution.status = Launch(device, worker, *next, /*behind=*/true, &next_execution);
+    }
+    if (execution.status.ok()) execution.status = Finish(worker, *task, execution);
+    Answer(device, worker, std::move(task), execution);
+    if (follower) {
+      absl::MutexLock lock(&device.mu);
+      --device.running;  // counted by TakeFollower
+    }
+    task = std::move(next);
+    execution = std::move(next_execution);
+  }
+}
+
+void DevicePool::Answer(Device& device, Worker& worker, std::unique_ptr<Task> task,
+                        Execution& execution) {
+  absl::Status& status = execution.status;
+  const std::vector<absl::Status>& results = execution.results;
+  const InferTimings& shared = execution.timings;
   // Whether this worker's own context is gone: after a sticky error every
   // call fails with it. (A status may carry a sticky error from another
   // GPU's search; that is not this GPU's loss.)
@@ -1219,12 +1283,28 @@ absl::Status CheckCallCopy(cudaError_t error, const char* what, absl::Status* ca
 
 }  // namespace
 
-absl::Status DevicePool::Execute(Device& device, Worker& worker, Task& task,
-                                 std::vector<absl::Status>* results, InferTimings* timings) {
+absl::Status DevicePool::Launch(Device& device, Worker& worker, Task& task, bool behind,
+                                Execution* execution) {
   absl::Time start = absl::Now();
+  std::vector<absl::Status>* const results = &execution->results;
+  InferTimings* const timings = &execution->timings;
+  results->assign(task.calls.size(), absl::OkStatus());
+  timings->device = absl::StrCat(device.ordinal);
   timings->queue = Seconds(start - task.accepted);
+  cudaStream_t stream = worker.stream.get();
+  // Behind another execution still on the stream, buffers it may use are
+  // reallocated, captured graphs it may replay are updated, and pinned
+  // staging is written only once it has ended.
+  bool settled = !behind;
+  const auto settle = [&]() -> absl::Status {
+    if (settled) return absl::OkStatus();
+    settled = true;
+    CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+    return absl::OkStatus();
+  };
   // Calls cancelled while they waited are answered, not run.
-  std::vector<size_t> live;
+  std::vector<size_t>& live = execution->live;
+  live.clear();
   for (size_t i = 0; i < task.calls.size(); ++i) {
     if (Cancelled(task.calls[i])) {
       (*results)[i] = absl::CancelledError(
@@ -1243,6 +1323,10 @@ absl::Status DevicePool::Execute(Device& device, Worker& worker, Task& task,
   };
   const InferCall& first = task.calls[live.front()];
   const Graph& graph = *first.graph;
+  // Set before anything is queued: a request of this graph that fails on a
+  // context the hook already lost must not quarantine the graph's engines.
+  task.fault_hook =
+      !options_.testing_fault_graph.empty() && graph.name() == options_.testing_fault_graph;
   // The execution's shapes: N is the sum of the calls' (N is outermost in
   // every layout, so each call's tensors are contiguous slices).
   task.input_shape = first.input_shape;
@@ -1270,8 +1354,11 @@ absl::Status DevicePool::Execute(Device& device, Worker& worker, Task& task,
   const size_t in_bytes = NumElements(input_shape) * element;
   const size_t out_bytes = NumElements(outputs.back()) * element;
   // Each call's slice of the execution's input and output.
-  std::vector<size_t> in_offset(task.calls.size()), out_offset(task.calls.size());
-  std::vector<size_t> call_in_bytes(task.calls.size()), call_out_bytes(task.calls.size());
+  std::vector<size_t> in_offset(task.calls.size()), call_in_bytes(task.calls.size());
+  std::vector<size_t>& out_offset = execution->out_offset;
+  std::vector<size_t>& call_out_bytes = execution->call_out_bytes;
+  out_offset.assign(task.calls.size(), 0);
+  call_out_bytes.assign(task.calls.size(), 0);
   {
     size_t in = 0, out = 0;
     for (size_t i : live) {
@@ -1294,11 +1381,14 @@ absl::Status DevicePool::Execute(Device& device, Worker& worker, Task& task,
   const bool alone = live.size() == 1;
   const bool input_in_place = alone && InPlace(first.input_memory, device.ordinal);
   const bool output_in_place = alone && InPlace(first.output_memory, device.ordinal);
+  execution->input_in_place = input_in_place;
+  execution->output_in_place = output_in_place;
   bool staged_in = false, staged_out = false;
   for (size_t i : live) {
     staged_in = staged_in || !Direct(task.calls[i].input_memory);
     staged_out = staged_out || !Direct(task.calls[i].output_memory);
   }
+  if (staged_in || staged_out) RETURN_IF_ERROR(settle());
   // Captured graphs hold the addresses of these buffers.
   bool moved = false;
   if (staged_in) RETURN_IF_ERROR(Grow(&worker.staging_in, in_bytes));
@@ -1323,8 +1413,12 @@ absl::Status DevicePool::Execute(Device& device, Worker& worker, Task& task,
   }
   int64_t workspace = 0;
   for (const auto& plan : plans) workspace = std::max(workspace, plan->workspace_bytes());
-  RETURN_IF_ERROR(GrowLayerBuffers(worker, in_bytes, largest * element, problems.size(), workspace,
-                                   input_in_place, &moved));
+  if (!LayerBuffersFit(worker, in_bytes, largest * element, problems.size(), workspace,
+                       input_in_place)) {
+    RETURN_IF_ERROR(settle());
+    RETURN_IF_ERROR(GrowLayerBuffers(worker, in_bytes, largest * element, problems.size(),
+                                     workspace, input_in_place, &moved));
+  }
   if (moved) worker.graphs->Clear();
   if (cancelled()) {
     return absl::CancelledError(
@@ -1338,7 +1432,6 @@ absl::Status DevicePool::Execute(Device& device, Worker& worker, Task& task,
                         output_in_place ? first.output_memory->data : nullptr);
   };
 
-  cudaStream_t stream = worker.stream.get();
   for (size_t i = 0; i < problems.size(); ++i) {
     const ConvLayerBuffers buffers = buffers_for(i);
     if (!plans[i]->IsBoundTo(buffers)) RETURN_IF_ERROR(plans[i]->Bind(problems[i], buffers));
@@ -1362,8 +1455,9 @@ absl::Status DevicePool::Execute(Device& device, Worker& worker, Task& task,
   };
 
   // The captured graph to replay, if any. Captured before the timed
-  // section: capture only records launches, the GPU runs nothing.
-  std::shared_ptr<CapturedLayers> captured;
+  // section: capture only records launches, the GPU runs nothing. Held
+  // until the execution ends (the cache may drop it meanwhile).
+  std::shared_ptr<CapturedLayers>& captured = execution->captured;
   CudaGraphKey graph_key;
   if (options_.cuda_graphs) {
     graph_key.graph_id = graph.id();
@@ -1375,6 +1469,7 @@ absl::Status DevicePool::Execute(Device& device, Worker& worker, Task& task,
     captured = worker.graphs->Find(graph_key, dependencies);
     timings->replayed = captured != nullptr;
     if (captured == nullptr && worker.graphs->ShouldCapture(graph_key)) {
+      RETURN_IF_ERROR(settle());  // the variant it may update could still be running
       ASSIGN_OR_RETURN(CapturedLayers::Result capture,
                        CapturedLayers::Capture(stream, segment_ends, launch_layers,
                                                worker.graphs->TakeVariant(graph_key)));
@@ -1409,11 +1504,12 @@ absl::Status DevicePool::Execute(Device& device, Worker& worker, Task& task,
       }
     }
   }
-  const double stage_in = Seconds(absl::Now() - start);
+  execution->stage_in = Seconds(absl::Now() - start);
   // The copies are timed only where there are any: an input or output used
   // in place saves two event calls each way.
+  CudaEvent* const events = worker.events[execution->events];
   if (!input_in_place) {
-    CUDA_RETURN_IF_ERROR(cudaEventRecord(worker.events[0].get(), stream));
+    CUDA_RETURN_IF_ERROR(cudaEventRecord(events[0].get(), stream));
     uint8_t* const input = static_cast<uint8_t*>(worker.input.data());
     std::vector<SliceCopy> gathered;  // inputs in CUDA memory on this GPU
     for (size_t i : live) {
@@ -1434,9 +1530,8 @@ absl::Status DevicePool::Execute(Device& device, Worker& worker, Task& task,
     }
     RETURN_IF_ERROR(LaunchSliceCopies(gathered, stream));
   }
-  CUDA_RETURN_IF_ERROR(cudaEventRecord(worker.events[1].get(), stream));
-  if (!options_.testing_fault_graph.empty() && graph.name() == options_.testing_fault_graph) {
-    task.fault_hook = true;
+  CUDA_RETURN_IF_ERROR(cudaEventRecord(events[1].get(), stream));
+  if (task.fault_hook) {
     RETURN_IF_ERROR(LaunchMisalignedWriteForTesting(worker.ping.data(), stream));
   }
   size_t begin = 0;
@@ -1477,7 +1572,7 @@ absl::Status DevicePool::Execute(Device& device, Worker& worker, Task& task,
     }
     begin = end;
   }
-  CUDA_RETURN_IF_ERROR(cudaEventRecord(worker.events[2].get(), stream));
+  CUDA_RETURN_IF_ERROR(cudaEventRecord(events[2].get(), stream));
   const uint8_t* const result = static_cast<const uint8_t*>(buffers_for(last).y);
   uint8_t* const staging_out = static_cast<uint8_t*>(worker.staging_out.data());
   if (!output_in_place) {
@@ -1501,9 +1596,23 @@ absl::Status DevicePool::Execute(Device& device, Worker& worker, Task& task,
     }
     RETURN_IF_ERROR(LaunchSliceCopies(scattered, stream));
   }
-  if (!output_in_place) CUDA_RETURN_IF_ERROR(cudaEventRecord(worker.events[3].get(), stream));
-  CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
-  start = absl::Now();
+  if (!output_in_place) CUDA_RETURN_IF_ERROR(cudaEventRecord(events[3].get(), stream));
+  return absl::OkStatus();
+}
+
+absl::Status DevicePool::Finish(Worker& worker, Task& task, Execution& execution) {
+  const std::vector<size_t>& live = execution.live;
+  if (live.empty()) return absl::OkStatus();  // every call was cancelled before it ran
+  std::vector<absl::Status>* const results = &execution.results;
+  const std::vector<size_t>& out_offset = execution.out_offset;
+  const std::vector<size_t>& call_out_bytes = execution.call_out_bytes;
+  CudaEvent* const events = worker.events[execution.events];
+  // The execution's last event, not the stream: one launched behind it may
+  // still run.
+  CUDA_RETURN_IF_ERROR(cudaEventSynchronize(events[execution.output_in_place ? 2 : 3].get()));
+  execution.captured = nullptr;
+  const uint8_t* const staging_out = static_cast<const uint8_t*>(worker.staging_out.data());
+  const absl::Time start = absl::Now();
   for (size_t i : live) {
     InferCall& call = task.calls[i];
     if (!(*results)[i].ok() || Direct(call.output_memory)) continue;
@@ -1518,17 +1627,38 @@ absl::Status DevicePool::Execute(Device& device, Worker& worker, Task& task,
   }
   const double stage_out = Seconds(absl::Now() - start);
   double h2d = 0, d2h = 0;
-  if (!input_in_place) {
-    ASSIGN_OR_RETURN(h2d, ElapsedSeconds(worker.events[0], worker.events[1]));
+  if (!execution.input_in_place) {
+    ASSIGN_OR_RETURN(h2d, ElapsedSeconds(events[0], events[1]));
   }
-  ASSIGN_OR_RETURN(double compute, ElapsedSeconds(worker.events[1], worker.events[2]));
-  if (!output_in_place) {
-    ASSIGN_OR_RETURN(d2h, ElapsedSeconds(worker.events[2], worker.events[3]));
+  ASSIGN_OR_RETURN(double compute, ElapsedSeconds(events[1], events[2]));
+  if (!execution.output_in_place) {
+    ASSIGN_OR_RETURN(d2h, ElapsedSeconds(events[2], events[3]));
   }
-  timings->h2d = stage_in + h2d;
-  timings->compute = compute;
-  timings->d2h = d2h + stage_out;
+  InferTimings& timings = execution.timings;
+  timings.h2d = execution.stage_in + h2d;
+  timings.compute = compute;
+  timings.d2h = d2h + stage_out;
   return absl::OkStatus();
+}
+
+std::unique_ptr<DevicePool::Task> DevicePool::TakeFollower(Device& device, Worker& worker,
+                                                           const Task& leader) {
+  if (leader.calls.size() != 1) return nullptr;  // a failed batch is retried call by call
+  const InferCall& led = leader.calls.front();
+  absl::MutexLock lock(&device.mu);
+  if (!worker.warm_jobs.empty() || device.queue.empty() || device.lost.load()) return nullptr;
+  const Task& next = *device.queue.front();
+  if (next.calls.size() != 1) return nullptr;
+  const InferCall& call = next.calls.front();
+  if (call.graph->id() != led.graph->id() || call.input_shape != leader.input_shape ||
+      !Direct(call.input_memory) || !Direct(call.output_memory)) {
+    return nullptr;
+  }
+  std::unique_ptr<Task> follower = std::move(device.queue.front());
+  device.queue.pop_front();
+  device.queued.store(device.queue.size(), std::memory_order_release);
+  ++device.running;
+  return follower;
 }
 
 absl::StatusOr<std::shared_ptr<const void>> DevicePool::PinHostMemory(void* data, size_t bytes) {

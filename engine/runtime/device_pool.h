@@ -26,7 +26,9 @@
 //
 // A worker captures a request's layer launches into CUDA graphs the second
 // time it runs the same graph, input shape and pointers, and replays them
-// after (docs/runtime.md, "CUDA graphs").
+// after (docs/runtime.md, "CUDA graphs"). It launches the next waiting
+// request of the same graph and shape whose tensors need no staging before
+// it waits for the last one (docs/runtime.md, "Launching ahead").
 //
 // Thread-safe.
 #ifndef CONVSERVE_ENGINE_RUNTIME_DEVICE_POOL_H_
@@ -68,6 +70,11 @@ struct DevicePoolOptions {
   // thread wake-up (tens of microseconds on some hosts) at the cost of one
   // busy core per GPU while requests keep coming. Zero: workers sleep at once.
   absl::Duration worker_spin = absl::Microseconds(500);
+  // A worker launches the next waiting request of the same graph and input
+  // shape, read and written where the client put it (CUDA or registered
+  // host memory), before it waits for the request on its stream to finish:
+  // the GPU starts the next one without waiting for the worker.
+  bool launch_ahead = true;
   // Threads that answer a worker's requests while more wait for its GPU
   // (RunTask); 0: one per worker.
   int completion_threads = 0;
@@ -141,6 +148,7 @@ class DevicePool : public RequestRunner {
   struct GraphResources;
   struct Task;
   struct WarmJob;
+  struct Execution;
 
   explicit DevicePool(const DevicePoolOptions& options);
 
@@ -162,17 +170,31 @@ class DevicePool : public RequestRunner {
   std::shared_ptr<GraphResources> Resources(const std::string& graph_id);
   // Makes the task of `calls` (one request, or a batch) and routes it.
   void Enqueue(std::vector<InferCall> calls, std::vector<double> delays, bool batched);
-  // Executes `task` on `worker` and answers its calls; a failed batch runs
-  // each call again alone. Handles a lost GPU.
+  // Executes `task` on `worker` and answers its calls, launching the
+  // requests that follow it (TakeFollower) each before the last is waited
+  // for.
   void RunTask(Device& device, Worker& worker, std::unique_ptr<Task> task);
+  // Answers the calls of `task` once its execution is over; a failed batch
+  // runs each call again alone. Handles a lost GPU.
+  void Answer(Device& device, Worker& worker, std::unique_ptr<Task> task, Execution& execution);
+  // The next waiting request, taken from `device`'s queue, when it can run
+  // on `worker`'s stream behind `leader` without waiting for it: one call
+  // each, the same graph and input shape, and neither input nor output
+  // staged through the worker's pinned buffers. Null otherwise.
+  std::unique_ptr<Task> TakeFollower(Device& device, Worker& worker, const Task& leader);
   // Queues `task` on the healthy GPU with the least outstanding work, or
   // answers it (UNAVAILABLE: no healthy GPU; RESOURCE_EXHAUSTED: queue full).
   void Route(std::unique_ptr<Task> task);
-  // Runs the task's calls as one execution. Non-OK: the execution failed
-  // (its calls' outcome); OK: `results` says how each call ended (a call
-  // cancelled before it ran, or whose own copy failed, is not OK).
-  absl::Status Execute(Device& device, Worker& worker, Task& task,
-                       std::vector<absl::Status>* results, InferTimings* timings);
+  // Queues the task's calls as one execution on `worker`'s stream, up to
+  // its last event; `behind`: an execution launched earlier may still run
+  // there (its buffers and captured graphs are then changed only after it
+  // ends). Non-OK: the execution failed (its calls' outcome); OK:
+  // `execution->results` says how each call ended so far (a call cancelled
+  // before it ran, or whose own copy failed, is not OK).
+  absl::Status Launch(Device& device, Worker& worker, Task& task, bool behind,
+                      Execution* execution);
+  // Waits for a launched execution and copies staged outputs to their calls.
+  absl::Status Finish(Worker& worker, Task& task, Execution& execution);
   absl::StatusOr<std::shared_ptr<ConvLayerPlan>> LayerPlan(Device& device, Worker& worker,
                                                            const Graph& graph, size_t layer,
                                                            const ConvLayerProblem& problem);

@@ -42,6 +42,9 @@ struct DeviceStats {
   bool healthy = true;
   // Sticky CUDA errors that happened on this device (0 or 1).
   int64_t faults = 0;
+  // Requests launched on a worker's stream before the worker had seen its
+  // previous request finish (DevicePoolOptions::launch_ahead).
+  int64_t launched_ahead = 0;
 };
 
 // Engine searches and their containment (GPU runners).

@@ -2,9 +2,11 @@
 // shapes and channel counts included) with --cuda_graphs on and off, every
 // output against the float64 reference within the per-dtype relative L2
 // bounds of the GPU oracle; repeated requests replayed; CUDA-shared-memory-
-// like in-place pointers that change between requests; unload and reload;
-// cancellation of a long captured graph; and the capture machinery itself
-// (a capture that cannot succeed falls back cleanly, update in place).
+// like in-place pointers that change between requests; requests launched
+// ahead of the last one's end (--launch_ahead), in place and staged mixed;
+// unload and reload; cancellation of a long captured graph; and the capture
+// machinery itself (a capture that cannot succeed falls back cleanly,
+// update in place).
 // Skips without a GPU.
 //
 // Environment (optional): CONVSERVE_CUDA_GRAPH_GRAPHS random graphs per mode
@@ -21,12 +23,14 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/blocking_counter.h"
 #include "absl/synchronization/notification.h"
 #include "client/graph_file.h"
 #include "engine/cudnn/captured_layers.h"
 #include "engine/cudnn/cudnn_backend.h"
 #include "engine/cudnn/cudnn_status.h"
 #include "engine/runtime/device_pool.h"
+#include "engine/status_macros.h"
 #include "gtest/gtest.h"
 #include "server/proto_convert.h"
 #include "tests/test_util/graph_oracle.h"
@@ -62,8 +66,10 @@ RandomGraphOptions GpuGraphOptions() {
 
 std::unique_ptr<DevicePool> MakePool(
     bool cuda_graphs, int max_variants = 4,
-    absl::Duration variant_idle = CudaGraphCacheOptions().variant_idle) {
+    absl::Duration variant_idle = CudaGraphCacheOptions().variant_idle,
+    bool launch_ahead = DevicePoolOptions().launch_ahead) {
   DevicePoolOptions options;
+  options.launch_ahead = launch_ahead;
   options.devices = {0};
   // One worker: every request of a key lands where the earlier ones ran.
   options.workers_per_device = 1;
@@ -92,21 +98,17 @@ struct Answer {
   std::string output;
 };
 
-// One request through the pool, waited for. Host memory unless `in` and
-// `out` (device memory of GPU 0, read and written in place) are given.
-Answer Infer(DevicePool& pool, const std::shared_ptr<const Graph>& graph, const Shape& input_shape,
-           const std::string& input, void* in = nullptr, void* out = nullptr,
-           std::function<bool()> cancelled = nullptr) {
-  Answer answer;
-  absl::StatusOr<std::vector<Shape>> outputs = graph->InferShapes(input_shape);
-  if (!outputs.ok()) {
-    answer.status = outputs.status();
-    return answer;
-  }
+// A request of `input` to `graph`, its output into `answer`, with no `done`
+// yet. Host memory unless `in` and `out` (device memory of GPU 0, read and
+// written in place) are given.
+absl::StatusOr<InferCall> MakeCall(const std::shared_ptr<const Graph>& graph,
+                                   const Shape& input_shape, const std::string& input, void* in,
+                                   void* out, Answer* answer) {
+  ASSIGN_OR_RETURN(const std::vector<Shape> outputs, graph->InferShapes(input_shape));
   InferCall call;
   call.graph = graph;
   call.input_shape = input_shape;
-  call.layer_outputs = *outputs;
+  call.layer_outputs = outputs;
   const size_t element = DTypeSize(graph->spec().dtype);
   if (in != nullptr) {
     TensorMemory memory;
@@ -117,13 +119,27 @@ Answer Infer(DevicePool& pool, const std::shared_ptr<const Graph>& graph, const 
     call.input = absl::Span<const uint8_t>(memory.data, memory.bytes);
     call.input_memory = memory;
     memory.data = static_cast<uint8_t*>(out);
-    memory.bytes = NumElements(outputs->back()) * element;
+    memory.bytes = NumElements(outputs.back()) * element;
     call.output_memory = memory;
   } else {
     call.input = absl::Span<const uint8_t>(reinterpret_cast<const uint8_t*>(input.data()),
                                            input.size());
-    call.output = &answer.output;
+    call.output = &answer->output;
   }
+  return call;
+}
+
+// One request through the pool (MakeCall), waited for.
+Answer Infer(DevicePool& pool, const std::shared_ptr<const Graph>& graph, const Shape& input_shape,
+           const std::string& input, void* in = nullptr, void* out = nullptr,
+           std::function<bool()> cancelled = nullptr) {
+  Answer answer;
+  absl::StatusOr<InferCall> made = MakeCall(graph, input_shape, input, in, out, &answer);
+  if (!made.ok()) {
+    answer.status = made.status();
+    return answer;
+  }
+  InferCall call = *std::move(made);
   call.cancelled = std::move(cancelled);
   absl::Notification done;
   call.done = [&](const absl::Status& status, const Shape& shape, const InferTimings& timings) {
@@ -327,6 +343,118 @@ TEST(CudaGraphTest, InPlacePointersInRecentUseAreNotRecapturedAway) {
   if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device visible";
   CheckInPlacePointersThatChange(CudaGraphCacheOptions().variant_idle);
 }
+
+// Rounds of 24 requests in CUDA-region-like slots of GPU 0 (inputs a and b
+// in turn) and 8 in host memory (staged), all submitted at once to one
+// worker: requests wait, and each in-place one is launched behind the one
+// before it (--launch_ahead) unless `launch_ahead` is off. Every answer must
+// be its own slot's, and every output element written.
+void CheckLaunchAhead(bool cuda_graphs, bool launch_ahead, uint64_t seed) {
+  const TwoInputs inputs = MakeTwoInputs(seed);
+  const RandomGraphCase& a = inputs.a->graph_case();
+  const DType dtype = inputs.a->dtype();
+  ASSERT_TRUE(inputs.a->reference().ok());
+  ASSERT_TRUE(inputs.b->reference().ok());
+  const OracleReference* references[] = {&*inputs.a->reference(), &*inputs.b->reference()};
+  const std::string* bytes[] = {&a.input, &inputs.b->graph_case().input};
+  std::unique_ptr<DevicePool> pool =
+      MakePool(cuda_graphs, 4, CudaGraphCacheOptions().variant_idle, launch_ahead);
+  ASSERT_NE(pool, nullptr);
+  absl::StatusOr<std::shared_ptr<const Graph>> graph = MakeGraph(a.graph);
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  ASSERT_TRUE(pool->AddGraph(*graph).ok());
+  const size_t out_bytes = references[0]->values.size() * DTypeSize(dtype);
+
+  constexpr int kDeviceSlots = 24;
+  constexpr int kHostSlots = 8;
+  constexpr int kRounds = 6;
+  DeviceSlot slots[kDeviceSlots];
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  for (int s = 0; s < kDeviceSlots; ++s) {
+    ASSERT_EQ(cudaMalloc(&slots[s].in, a.input.size()), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&slots[s].out, out_bytes), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(slots[s].in, bytes[s % 2]->data(), a.input.size(),
+                         cudaMemcpyHostToDevice),
+              cudaSuccess);
+  }
+  for (int round = 0; round < kRounds; ++round) {
+    // 0xFF is NaN in every dtype: an element left unwritten fails the check.
+    for (DeviceSlot& slot : slots) ASSERT_EQ(cudaMemset(slot.out, 0xFF, out_bytes), cudaSuccess);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // before the workers' own stream reads
+    constexpr int kRequests = kDeviceSlots + kHostSlots;
+    std::vector<Answer> answers(kRequests);
+    std::vector<int> input_of(kRequests);
+    absl::BlockingCounter done(kRequests);
+    // Host requests every fourth: they are staged, so they are never
+    // launched ahead, and those after them follow them.
+    for (int r = 0, device_slot = 0; r < kRequests; ++r) {
+      const bool host = r % 4 == 3;
+      DeviceSlot* slot = host ? nullptr : &slots[device_slot++];
+      input_of[r] = host ? (r / 4) % 2 : (device_slot - 1) % 2;
+      absl::StatusOr<InferCall> call =
+          MakeCall(*graph, a.input_shape, *bytes[input_of[r]], host ? nullptr : slot->in,
+                   host ? nullptr : slot->out, &answers[r]);
+      ASSERT_TRUE(call.ok()) << call.status();
+      Answer* answer = &answers[r];
+      call->done = [answer, &done](const absl::Status& status, const Shape& shape,
+                                   const InferTimings& timings) {
+        answer->status = status;
+        answer->shape = shape;
+        answer->timings = timings;
+        done.DecrementCount();
+      };
+      pool->Submit(*std::move(call));
+    }
+    done.Wait();
+    for (int r = 0, device_slot = 0; r < kRequests; ++r) {
+      Answer& answer = answers[r];
+      if (r % 4 != 3) {
+        answer.output.resize(out_bytes);
+        ASSERT_EQ(cudaMemcpy(answer.output.data(), slots[device_slot++].out, out_bytes,
+                             cudaMemcpyDeviceToHost),
+                  cudaSuccess);
+      }
+      EXPECT_EQ(Check(answer, *references[input_of[r]], dtype), "")
+          << "round " << round << " request " << r << (r % 4 == 3 ? " (host)" : " (in place)");
+    }
+  }
+  int64_t launched_ahead = 0;
+  for (const DeviceStats& stats : pool->Stats().devices) launched_ahead += stats.launched_ahead;
+  const CudaGraphStats graphs = pool->cuda_graph_stats();
+  std::printf(
+      "launch_ahead=%d cuda_graphs=%d (%s): %d requests, %lld launched ahead; %lld "
+      "replays, %lld captures\n",
+      launch_ahead, cuda_graphs, a.description.c_str(), kRounds * (kDeviceSlots + kHostSlots),
+      static_cast<long long>(launched_ahead), static_cast<long long>(graphs.replays),
+      static_cast<long long>(graphs.captures));
+  if (launch_ahead) {
+    EXPECT_GT(launched_ahead, 0) << "requests waited, yet none was launched ahead";
+  } else {
+    EXPECT_EQ(launched_ahead, 0);
+  }
+  pool->RemoveGraph((*graph)->id());
+  for (DeviceSlot& slot : slots) {
+    cudaFree(slot.in);
+    cudaFree(slot.out);
+  }
+}
+
+class LaunchAheadTest : public ::testing::TestWithParam<bool> {};
+
+TEST_P(LaunchAheadTest, EveryAnswerIsItsOwnOnSeededRandomGraphs) {
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device visible";
+  const uint64_t first = EnvInt("CONVSERVE_CUDA_GRAPH_SEED", 5000) + 1300;
+  for (uint64_t seed = first; seed < first + 3; ++seed) {
+    SCOPED_TRACE(absl::StrCat("seed ", seed));
+    CheckLaunchAhead(/*cuda_graphs=*/GetParam(), /*launch_ahead=*/true, seed * 10);
+  }
+  CheckLaunchAhead(GetParam(), /*launch_ahead=*/false, first * 10);
+}
+
+INSTANTIATE_TEST_SUITE_P(CudaGraphs, LaunchAheadTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? "On" : "Off";
+                         });
 
 TEST(CudaGraphTest, UnloadAndReloadReplaysWithTheNewWeights) {
   if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device visible";
