@@ -122,8 +122,8 @@ absl::StatusOr<InferCall> MakeCall(const std::shared_ptr<const Graph>& graph,
     memory.bytes = NumElements(outputs.back()) * element;
     call.output_memory = memory;
   } else {
-    call.input = absl::Span<const uint8_t>(reinterpret_cast<const uint8_t*>(input.data()),
-                                           input.size());
+    call.input =
+        absl::Span<const uint8_t>(reinterpret_cast<const uint8_t*>(input.data()), input.size());
     call.output = &answer->output;
   }
   return call;
@@ -241,6 +241,11 @@ INSTANTIATE_TEST_SUITE_P(Modes, CudaGraphOracleTest, ::testing::Bool(),
 // different layers' buffers), and a second input for the same graph.
 struct TwoInputs {
   std::shared_ptr<const OracleCase> a, b;
+
+  // Input i (0: a's, 1: b's) and its reference.
+  const std::string& input(int i) const { return (i == 0 ? a : b)->graph_case().input; }
+  const OracleReference& reference(int i) const { return *(i == 0 ? a : b)->reference(); }
+  size_t output_bytes() const { return reference(0).values.size() * DTypeSize(a->dtype()); }
 };
 
 TwoInputs MakeTwoInputs(uint64_t first_seed) {
@@ -261,6 +266,37 @@ struct DeviceSlot {
   void* out = nullptr;
 };
 
+// `count` CUDA-region-like slots in GPU 0's memory, freed with the object:
+// slot s holds input s % 2 of `inputs` and room for an output.
+class DeviceSlots {
+ public:
+  DeviceSlots(const TwoInputs& inputs, int count) : slots_(count) {
+    EXPECT_EQ(cudaSetDevice(0), cudaSuccess);
+    for (int s = 0; s < count; ++s) {
+      const std::string& input = inputs.input(s % 2);
+      EXPECT_EQ(cudaMalloc(&slots_[s].in, input.size()), cudaSuccess);
+      EXPECT_EQ(cudaMalloc(&slots_[s].out, inputs.output_bytes()), cudaSuccess);
+      EXPECT_EQ(cudaMemcpy(slots_[s].in, input.data(), input.size(), cudaMemcpyHostToDevice),
+                cudaSuccess);
+    }
+  }
+  ~DeviceSlots() {
+    for (DeviceSlot& slot : slots_) {
+      cudaFree(slot.in);
+      cudaFree(slot.out);
+    }
+  }
+  DeviceSlots(const DeviceSlots&) = delete;
+  DeviceSlots& operator=(const DeviceSlots&) = delete;
+
+  DeviceSlot& operator[](int s) { return slots_[s]; }
+  std::vector<DeviceSlot>::iterator begin() { return slots_.begin(); }
+  std::vector<DeviceSlot>::iterator end() { return slots_.end(); }
+
+ private:
+  std::vector<DeviceSlot> slots_;
+};
+
 // Three CUDA-region-like slots over a bound of two pointer variants, in
 // turn. `variant_idle` zero: the third slot's capture updates the oldest
 // variant in place (cudaGraphExecUpdate) every time; the default: both
@@ -268,31 +304,22 @@ struct DeviceSlot {
 // is recaptured. Every answer must be its own slot's.
 void CheckInPlacePointersThatChange(absl::Duration variant_idle) {
   const TwoInputs inputs = MakeTwoInputs(EnvInt("CONVSERVE_CUDA_GRAPH_SEED", 5000) + 500);
-  const RandomGraphCase& a = inputs.a->graph_case();
-  const DType dtype = inputs.a->dtype();
   ASSERT_TRUE(inputs.a->reference().ok());
   ASSERT_TRUE(inputs.b->reference().ok());
-  const OracleReference* references[] = {&*inputs.a->reference(), &*inputs.b->reference()};
-  const std::string* bytes[] = {&a.input, &inputs.b->graph_case().input};
+  const RandomGraphCase& a = inputs.a->graph_case();
+  const DType dtype = inputs.a->dtype();
   std::printf("in-place case: %s\n", a.description.c_str());
   std::unique_ptr<DevicePool> pool = MakePool(true, /*max_variants=*/2, variant_idle);
   ASSERT_NE(pool, nullptr);
   absl::StatusOr<std::shared_ptr<const Graph>> graph = MakeGraph(a.graph);
   ASSERT_TRUE(graph.ok()) << graph.status();
   ASSERT_TRUE(pool->AddGraph(*graph).ok());
-  const size_t out_bytes = references[0]->values.size() * DTypeSize(dtype);
+  const size_t out_bytes = inputs.output_bytes();
 
   // Slots hold inputs a, b, a: a graph replayed with another slot's
   // pointers would give the other input's output (or the 0xFF fill: NaN).
-  DeviceSlot slots[3];
-  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
-  for (int s = 0; s < 3; ++s) {
-    ASSERT_EQ(cudaMalloc(&slots[s].in, a.input.size()), cudaSuccess);
-    ASSERT_EQ(cudaMalloc(&slots[s].out, out_bytes), cudaSuccess);
-    ASSERT_EQ(cudaMemcpy(slots[s].in, bytes[s % 2]->data(), a.input.size(),
-                         cudaMemcpyHostToDevice),
-              cudaSuccess);
-  }
+  DeviceSlots slots(inputs, 3);
+  ASSERT_FALSE(::testing::Test::HasFailure());
   int replayed = 0;
   for (int round = 0; round < 5; ++round) {
     for (int s = 0; s < 3; ++s) {
@@ -302,7 +329,7 @@ void CheckInPlacePointersThatChange(absl::Duration variant_idle) {
       answer.output.resize(out_bytes);
       ASSERT_EQ(cudaMemcpy(answer.output.data(), slots[s].out, out_bytes, cudaMemcpyDeviceToHost),
                 cudaSuccess);
-      EXPECT_EQ(Check(answer, *references[s % 2], dtype), "")
+      EXPECT_EQ(Check(answer, inputs.reference(s % 2), dtype), "")
           << "round " << round << " slot " << s << (answer.timings.replayed ? " (replayed)" : "");
       replayed += answer.timings.replayed ? 1 : 0;
     }
@@ -328,10 +355,6 @@ void CheckInPlacePointersThatChange(absl::Duration variant_idle) {
     }
   }
   pool->RemoveGraph((*graph)->id());
-  for (DeviceSlot& slot : slots) {
-    cudaFree(slot.in);
-    cudaFree(slot.out);
-  }
 }
 
 TEST(CudaGraphTest, InPlacePointersThatChangeBetweenRequestsGiveCorrectResults) {
@@ -351,32 +374,23 @@ TEST(CudaGraphTest, InPlacePointersInRecentUseAreNotRecapturedAway) {
 // be its own slot's, and every output element written.
 void CheckLaunchAhead(bool cuda_graphs, bool launch_ahead, uint64_t seed) {
   const TwoInputs inputs = MakeTwoInputs(seed);
-  const RandomGraphCase& a = inputs.a->graph_case();
-  const DType dtype = inputs.a->dtype();
   ASSERT_TRUE(inputs.a->reference().ok());
   ASSERT_TRUE(inputs.b->reference().ok());
-  const OracleReference* references[] = {&*inputs.a->reference(), &*inputs.b->reference()};
-  const std::string* bytes[] = {&a.input, &inputs.b->graph_case().input};
+  const RandomGraphCase& a = inputs.a->graph_case();
+  const DType dtype = inputs.a->dtype();
   std::unique_ptr<DevicePool> pool =
       MakePool(cuda_graphs, 4, CudaGraphCacheOptions().variant_idle, launch_ahead);
   ASSERT_NE(pool, nullptr);
   absl::StatusOr<std::shared_ptr<const Graph>> graph = MakeGraph(a.graph);
   ASSERT_TRUE(graph.ok()) << graph.status();
   ASSERT_TRUE(pool->AddGraph(*graph).ok());
-  const size_t out_bytes = references[0]->values.size() * DTypeSize(dtype);
+  const size_t out_bytes = inputs.output_bytes();
 
   constexpr int kDeviceSlots = 24;
   constexpr int kHostSlots = 8;
   constexpr int kRounds = 6;
-  DeviceSlot slots[kDeviceSlots];
-  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
-  for (int s = 0; s < kDeviceSlots; ++s) {
-    ASSERT_EQ(cudaMalloc(&slots[s].in, a.input.size()), cudaSuccess);
-    ASSERT_EQ(cudaMalloc(&slots[s].out, out_bytes), cudaSuccess);
-    ASSERT_EQ(cudaMemcpy(slots[s].in, bytes[s % 2]->data(), a.input.size(),
-                         cudaMemcpyHostToDevice),
-              cudaSuccess);
-  }
+  DeviceSlots slots(inputs, kDeviceSlots);
+  ASSERT_FALSE(::testing::Test::HasFailure());
   for (int round = 0; round < kRounds; ++round) {
     // 0xFF is NaN in every dtype: an element left unwritten fails the check.
     for (DeviceSlot& slot : slots) ASSERT_EQ(cudaMemset(slot.out, 0xFF, out_bytes), cudaSuccess);
@@ -386,13 +400,15 @@ void CheckLaunchAhead(bool cuda_graphs, bool launch_ahead, uint64_t seed) {
     std::vector<int> input_of(kRequests);
     absl::BlockingCounter done(kRequests);
     // Host requests every fourth: they are staged, so they are never
-    // launched ahead, and those after them follow them.
+    // launched ahead, and those after them follow them. All are made
+    // before any is submitted: none may be left running past a failure.
+    std::vector<InferCall> calls;
     for (int r = 0, device_slot = 0; r < kRequests; ++r) {
       const bool host = r % 4 == 3;
       DeviceSlot* slot = host ? nullptr : &slots[device_slot++];
       input_of[r] = host ? (r / 4) % 2 : (device_slot - 1) % 2;
       absl::StatusOr<InferCall> call =
-          MakeCall(*graph, a.input_shape, *bytes[input_of[r]], host ? nullptr : slot->in,
+          MakeCall(*graph, a.input_shape, inputs.input(input_of[r]), host ? nullptr : slot->in,
                    host ? nullptr : slot->out, &answers[r]);
       ASSERT_TRUE(call.ok()) << call.status();
       Answer* answer = &answers[r];
@@ -403,8 +419,9 @@ void CheckLaunchAhead(bool cuda_graphs, bool launch_ahead, uint64_t seed) {
         answer->timings = timings;
         done.DecrementCount();
       };
-      pool->Submit(*std::move(call));
+      calls.push_back(*std::move(call));
     }
+    for (InferCall& call : calls) pool->Submit(std::move(call));
     done.Wait();
     for (int r = 0, device_slot = 0; r < kRequests; ++r) {
       Answer& answer = answers[r];
@@ -414,7 +431,7 @@ void CheckLaunchAhead(bool cuda_graphs, bool launch_ahead, uint64_t seed) {
                              cudaMemcpyDeviceToHost),
                   cudaSuccess);
       }
-      EXPECT_EQ(Check(answer, *references[input_of[r]], dtype), "")
+      EXPECT_EQ(Check(answer, inputs.reference(input_of[r]), dtype), "")
           << "round " << round << " request " << r << (r % 4 == 3 ? " (host)" : " (in place)");
     }
   }
@@ -433,10 +450,6 @@ void CheckLaunchAhead(bool cuda_graphs, bool launch_ahead, uint64_t seed) {
     EXPECT_EQ(launched_ahead, 0);
   }
   pool->RemoveGraph((*graph)->id());
-  for (DeviceSlot& slot : slots) {
-    cudaFree(slot.in);
-    cudaFree(slot.out);
-  }
 }
 
 class LaunchAheadTest : public ::testing::TestWithParam<bool> {};
