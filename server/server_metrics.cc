@@ -91,13 +91,16 @@ class ServerMetrics::RuntimeCollector : public prometheus::Collectable {
   std::vector<prometheus::MetricFamily> Collect() const override {
     using prometheus::MetricType;
     const RunnerStats stats = core_->runner().Stats();
-    std::vector<prometheus::ClientMetric> queue, memory_used, memory_total, faults, healthy;
+    std::vector<prometheus::ClientMetric> queue, memory_used, memory_total, faults, healthy,
+        launched_ahead;
     for (const DeviceStats& d : stats.devices) {
       queue.push_back(Value({{"gpu", d.device}}, static_cast<double>(d.queued), false));
       if (!d.uuid.empty()) {
         faults.push_back(Value({{"gpu", d.device}, {"uuid", d.uuid}},
                                static_cast<double>(d.faults), true));
         healthy.push_back(Value({{"gpu", d.device}, {"uuid", d.uuid}}, d.healthy ? 1 : 0, false));
+        launched_ahead.push_back(Value({{"gpu", d.device}, {"uuid", d.uuid}},
+                                       static_cast<double>(d.launched_ahead), true));
       }
       if (d.memory_total_bytes > 0) {
         memory_used.push_back(Value({{"gpu", d.device}, {"uuid", d.uuid}},
@@ -151,6 +154,11 @@ class ServerMetrics::RuntimeCollector : public prometheus::Collectable {
       families.push_back(Family("convserve_gpu_healthy",
                                 "1 while the GPU serves, 0 after it lost its CUDA context.",
                                 MetricType::Gauge, healthy));
+      families.push_back(Family(
+          "convserve_gpu_launched_ahead_total",
+          "Requests a GPU worker launched before it had seen its previous request finish "
+          "(--launch_ahead).",
+          MetricType::Counter, launched_ahead));
       families.push_back(Family("convserve_engine_searches_total",
                                 "cuDNN engine searches (one per new layer problem and GPU model).",
                                 MetricType::Counter, {Value({}, e.searches, true)}));

@@ -28,7 +28,8 @@ import urllib.request
 # devices), so a CPU server's page lacks them.
 GPU_ONLY = {
     "convserve_gpu_memory_used_bytes", "convserve_gpu_memory_total_bytes",
-    "convserve_gpu_faults_total", "convserve_gpu_healthy", "convserve_engine_searches_total",
+    "convserve_gpu_faults_total", "convserve_gpu_healthy", "convserve_gpu_launched_ahead_total",
+    "convserve_engine_searches_total",
     "convserve_engine_prober_starts_total", "convserve_engine_candidates_quarantined_total",
     "convserve_engine_candidates_vetoed_total", "convserve_engine_choices_from_store_total",
     "convserve_cuda_graph_captures_total", "convserve_cuda_graph_replays_total",

@@ -36,6 +36,7 @@ endif()
 
 add_executable(observability_test
   observability/child_process.cc
+  observability/gpu_metrics_test.cc
   observability/health_drain_test.cc
   observability/http_get.cc
   observability/metrics_exposition_test.cc
@@ -53,7 +54,8 @@ foreach(name_and_filter
     "grafana_dashboard_test|MetricsExpositionTest.DashboardQueriesNameOnlyExportedMetrics:DeployScrapeConfigTest.*"
     "prometheus_scrape_test|PrometheusScrapeTest.*"
     "health_drain_test|HealthDrainTest.*"
-    "plan_cache_metrics_test|PlanCacheMetricsTest.*")
+    "plan_cache_metrics_test|PlanCacheMetricsTest.*"
+    "gpu_metrics_test|GpuMetricsTest.*")
   string(REPLACE "|" ";" parts "${name_and_filter}")
   list(GET parts 0 name)
   list(GET parts 1 filter)
