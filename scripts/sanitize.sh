@@ -28,7 +28,7 @@ TSAN_TESTS=(
   unload_during_traffic_test sigterm_during_traffic_test
   kserve_protocol_test shared_memory_errors_test
   dynamic_batching_test graph_management_test compute_limit_test bad_input_test
-  load_generator_test queued_calls_test
+  load_generator_test queued_calls_test kserve_stream_test shared_memory_test
 )
 
 # Left out of the ASan run: tests whose bounds are wall-clock figures that
