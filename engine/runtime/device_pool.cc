@@ -1645,6 +1645,10 @@ std::unique_ptr<DevicePool::Task> DevicePool::TakeFollower(Device& device, Worke
                                                            const Task& leader) {
   if (leader.calls.size() != 1) return nullptr;  // a failed batch is retried call by call
   const InferCall& led = leader.calls.front();
+  // The leader's plans are still current: the follower's launch builds
+  // nothing while the leader's answer waits.
+  const Worker::LastPlans& memo = worker.last_plans;
+  if (memo.problems == nullptr || memo.generation != plans_.generation()) return nullptr;
   absl::MutexLock lock(&device.mu);
   if (!worker.warm_jobs.empty() || device.queue.empty() || device.lost.load()) return nullptr;
   const Task& next = *device.queue.front();

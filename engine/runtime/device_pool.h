@@ -179,8 +179,9 @@ class DevicePool : public RequestRunner {
   void Answer(Device& device, Worker& worker, std::unique_ptr<Task> task, Execution& execution);
   // The next waiting request, taken from `device`'s queue, when it can run
   // on `worker`'s stream behind `leader` without waiting for it: one call
-  // each, the same graph and input shape, and neither input nor output
-  // staged through the worker's pinned buffers. Null otherwise.
+  // each, the same graph and input shape (whose plans the worker holds, still
+  // current), and neither input nor output staged through the worker's
+  // pinned buffers. Null otherwise.
   std::unique_ptr<Task> TakeFollower(Device& device, Worker& worker, const Task& leader);
   // Queues `task` on the healthy GPU with the least outstanding work, or
   // answers it (UNAVAILABLE: no healthy GPU; RESOURCE_EXHAUSTED: queue full).
