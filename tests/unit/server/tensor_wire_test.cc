@@ -70,6 +70,48 @@ TEST(TensorWireTest, RequestParsedFromSlicesMatchesProtobuf) {
   }
 }
 
+// Tensors in shared memory: no raw_input_contents, the regions named in
+// parameters. However the slices split it, the parse is protobuf's message
+// field for field and takes no host buffer; every prefix of it is accepted
+// or refused exactly as protobuf's parser does.
+TEST(TensorWireTest, RequestWithoutTensorBytesParsedFromSlicesMatchesProtobuf) {
+  std::shared_ptr<HostBufferPool> pool = HostBufferPool::CreateUnpinned();
+  int allocations = 0;
+  const HostAllocator allocate = [&](size_t bytes) {
+    ++allocations;
+    return pool->Get(bytes);
+  };
+  inference::ModelInferRequest request = Request(0);
+  request.clear_raw_input_contents();
+  auto& input = *request.mutable_inputs(0)->mutable_parameters();
+  input["shared_memory_region"].set_string_param("in_region");
+  input["shared_memory_byte_size"].set_int64_param(2 * 3 * 17 * 19 * 2);
+  input["shared_memory_offset"].set_int64_param(4096);
+  (*request.mutable_outputs(0)->mutable_parameters())["shared_memory_region"].set_string_param(
+      "out_region");
+  const std::string serialized = request.SerializeAsString();
+  for (size_t piece : {size_t{1} << 30, size_t{7}, size_t{1}}) {
+    absl::StatusOr<WireInferRequest> parsed =
+        ParseModelInferRequest(Sliced(serialized, piece), allocate);
+    ASSERT_TRUE(parsed.ok()) << parsed.status();
+    EXPECT_TRUE(MessageDifferencer::Equals(parsed->request, request)) << "piece " << piece;
+    EXPECT_TRUE(parsed->raw_inputs.empty());
+  }
+  EXPECT_EQ(allocations, 0);
+  for (size_t cut = 1; cut < serialized.size(); ++cut) {
+    const std::string prefix = serialized.substr(0, cut);
+    inference::ModelInferRequest expected;
+    absl::StatusOr<WireInferRequest> parsed = ParseModelInferRequest(Sliced(prefix, 5), allocate);
+    // Some prefixes end between fields: protobuf takes those too.
+    EXPECT_EQ(parsed.ok(), expected.ParseFromString(prefix)) << "cut at " << cut;
+    if (!parsed.ok()) {
+      EXPECT_TRUE(absl::IsInvalidArgument(parsed.status())) << parsed.status();
+    } else {
+      EXPECT_TRUE(MessageDifferencer::Equals(parsed->request, expected)) << "cut at " << cut;
+    }
+  }
+}
+
 TEST(TensorWireTest, MalformedRequestIsInvalidArgument) {
   std::shared_ptr<HostBufferPool> pool = HostBufferPool::CreateUnpinned();
   const HostAllocator allocate = [&](size_t bytes) { return pool->Get(bytes); };
