@@ -1,5 +1,8 @@
 #include "server/convserve_service.h"
 
+#include <grpcpp/support/proto_buffer_reader.h>
+#include <grpcpp/support/slice.h>
+
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "server/grpc_status.h"
@@ -52,39 +55,56 @@ WarmupRequest WarmupFromProto(const v1::Warmup& proto) {
 
 }  // namespace
 
-void ConvServeService::LoadGraph(ServerCall* rpc, const v1::LoadGraphRequest* request,
-                                 v1::LoadGraphResponse* response) {
+void ConvServeService::LoadGraph(ServerCall* rpc, const grpc::ByteBuffer* request_bytes,
+                                 grpc::ByteBuffer* response_bytes) {
+  // Authorized before the bytes are parsed: a refused caller's graph is
+  // never read.
   absl::Status allowed = management_->Authorize(rpc->client_metadata(), "LoadGraph");
   if (!allowed.ok()) return FinishCall(rpc, allowed);
-  if (!request->has_graph()) {
+  v1::LoadGraphRequest request;
+  {
+    grpc::ByteBuffer bytes(*request_bytes);  // shares the slices; the reader consumes its own
+    grpc::ProtoBufferReader reader(&bytes);
+    if (!request.ParseFromZeroCopyStream(&reader)) {
+      return FinishCall(rpc, absl::InvalidArgumentError(
+                                 "the request is not a valid convserve.v1.LoadGraphRequest"));
+    }
+  }
+  if (!request.has_graph()) {
     return FinishCall(rpc, absl::InvalidArgumentError("graph is required"));
   }
-  // The request is ours until Finish; moving the weights out avoids a copy.
-  auto* graph = const_cast<v1::LoadGraphRequest*>(request)->mutable_graph();
-  absl::StatusOr<GraphSpec> spec = GraphSpecFromProto(graph);
+  // Moving the weights out of the request avoids a copy.
+  absl::StatusOr<GraphSpec> spec = GraphSpecFromProto(request.mutable_graph());
   if (!spec.ok()) return FinishCall(rpc, spec.status());
   std::optional<DynamicBatchingOptions> batching;
-  if (request->has_dynamic_batching()) {
-    batching = DynamicBatchingFromProto(request->dynamic_batching(), core_->default_batching());
+  if (request.has_dynamic_batching()) {
+    batching = DynamicBatchingFromProto(request.dynamic_batching(), core_->default_batching());
   }
   // The warm-up is waited for without holding a thread: the call is
   // answered from the warm-up's thread as it ends.
-  WarmupRequest warmup = WarmupFromProto(request->warmup());
+  WarmupRequest warmup = WarmupFromProto(request.warmup());
   const bool wait = warmup.wait;
   warmup.wait = false;
   absl::StatusOr<GraphRegistry::AddResult> added =
       core_->LoadGraph(*std::move(spec), std::move(batching), warmup);
   if (!added.ok()) return FinishCall(rpc, added.status());
-  response->set_graph_id(added->graph->id());
-  response->set_already_loaded(added->already_loaded);
-  if (!wait) {
-    FillGraphInfo(*core_, *added->graph, response->mutable_graph());
-    return FinishCall(rpc, absl::OkStatus());
-  }
-  core_->WhenWarmedUp(added->graph, [this, rpc, response, graph = added->graph](
-                                              absl::StatusOr<WarmupStatus> ended) {
-    if (ended.ok()) FillGraphInfo(*core_, *graph, response->mutable_graph());
-    rpc->Finish(ToGrpcStatus(ended.status()));
+  v1::LoadGraphResponse response;
+  response.set_graph_id(added->graph->id());
+  response.set_already_loaded(added->already_loaded);
+  const auto answer = [this, rpc, response_bytes](v1::LoadGraphResponse& response,
+                                                  const std::shared_ptr<const Graph>& graph,
+                                                  const absl::Status& status) {
+    if (status.ok()) {
+      FillGraphInfo(*core_, *graph, response.mutable_graph());
+      grpc::Slice slice(response.SerializeAsString());
+      *response_bytes = grpc::ByteBuffer(&slice, 1);
+    }
+    rpc->Finish(ToGrpcStatus(status));
+  };
+  if (!wait) return answer(response, added->graph, absl::OkStatus());
+  core_->WhenWarmedUp(added->graph, [answer, response = std::move(response), graph = added->graph](
+                                        absl::StatusOr<WarmupStatus> ended) mutable {
+    answer(response, graph, ended.status());
   });
 }
 

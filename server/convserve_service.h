@@ -18,8 +18,12 @@ namespace convserve {
 
 // The methods on gRPC's completion queues (server/queued_calls.h). Infer
 // takes gRPC's raw bytes (server/tensor_wire.h): its tensors are copied at
-// most once on the host. Every other call takes messages.
-using ConvServeAsyncService = v1::ConvServe::WithRawMethod_Infer<v1::ConvServe::AsyncService>;
+// most once on the host. LoadGraph takes them too, parsed on the control
+// thread that runs it: a graph's weights can be hundreds of MB, and gRPC
+// would parse them on a queue thread, whose other calls would wait. Every
+// other call takes messages.
+using ConvServeAsyncService = v1::ConvServe::WithRawMethod_Infer<
+    v1::ConvServe::WithRawMethod_LoadGraph<v1::ConvServe::AsyncService>>;
 
 class ConvServeService final {
  public:
@@ -29,8 +33,9 @@ class ConvServeService final {
                    const GraphManagementPolicy* management)
       : core_(core), metrics_(metrics), management_(management) {}
 
-  void LoadGraph(ServerCall* rpc, const v1::LoadGraphRequest* request,
-                 v1::LoadGraphResponse* response);
+  // `request` holds a v1::LoadGraphRequest, `response` gets a
+  // v1::LoadGraphResponse.
+  void LoadGraph(ServerCall* rpc, const grpc::ByteBuffer* request, grpc::ByteBuffer* response);
   void UnloadGraph(ServerCall* rpc, const v1::UnloadGraphRequest* request,
                    v1::UnloadGraphResponse* response);
   void ListGraphs(ServerCall* rpc, const v1::ListGraphsRequest* request,

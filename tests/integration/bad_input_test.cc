@@ -5,6 +5,7 @@
 // protocols return the same bytes as before the matrix ran.
 #include <grpcpp/client_context.h>
 #include <grpcpp/create_channel.h>
+#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/security/credentials.h>
 
 #include <cmath>
@@ -175,7 +176,9 @@ void SetModelShape(std::vector<int64_t> shape, inference::ModelInferRequest* req
 struct Suite {
   std::unique_ptr<TestServer> server;
   std::unique_ptr<ConvServeClient> client;
-  // For requests the client cannot express (no graph, a model version).
+  // For requests the client cannot express (no graph, a model version,
+  // bytes that are not a message).
+  std::shared_ptr<grpc::Channel> channel;
   std::unique_ptr<v1::ConvServe::Stub> convserve_stub;
   std::unique_ptr<inference::GRPCInferenceService::Stub> kserve_stub;
   std::string float_output;
@@ -187,6 +190,30 @@ absl::Status LoadWithoutGraph(Suite& suite) {
   v1::LoadGraphResponse response;
   return FromGrpcStatus(
       suite.convserve_stub->LoadGraph(&context, v1::LoadGraphRequest(), &response));
+}
+
+// `bytes` as a LoadGraph request, through gRPC's generic stub (the typed
+// stub can only send a LoadGraphRequest), waited for on this thread.
+absl::Status LoadGraphBytes(Suite& suite, const std::string& bytes) {
+  grpc::GenericStub stub(suite.channel);
+  grpc::ClientContext context;
+  grpc::CompletionQueue queue;
+  grpc::Slice slice(bytes);
+  const grpc::ByteBuffer request(&slice, 1);
+  grpc::ByteBuffer response;
+  grpc::Status status;
+  std::unique_ptr<grpc::ClientAsyncResponseReader<grpc::ByteBuffer>> call =
+      stub.PrepareUnaryCall(&context, "/convserve.v1.ConvServe/LoadGraph", request, &queue);
+  call->StartCall();
+  call->Finish(&response, &status, &status);
+  void* tag = nullptr;
+  bool ok = false;
+  const bool finished = queue.Next(&tag, &ok) && tag == &status && ok;
+  queue.Shutdown();
+  while (queue.Next(&tag, &ok)) {
+  }
+  if (!finished) return absl::InternalError("the generic LoadGraph call did not complete");
+  return FromGrpcStatus(status);
 }
 
 absl::Status ModelMetadataVersion(Suite& suite, const std::string& name,
@@ -258,6 +285,10 @@ std::vector<BadInputCase> LoadGraphCases() {
   const float inf = std::numeric_limits<float>::infinity();
   return {
       {"LoadGraph_MissingGraph", LoadWithoutGraph, kInvalid, "graph is required"},
+      // Field 1 (graph) whose length runs past the end of the message.
+      {"LoadGraph_BytesNotALoadGraphRequest",
+       [](Suite& suite) { return LoadGraphBytes(suite, std::string("\x0a\x10\x0a\x01", 4)); },
+       kInvalid, "the request is not a valid convserve.v1.LoadGraphRequest"},
       LoadGraphCase("LoadGraph_MissingName", [](G* g) { g->clear_name(); }, kInvalid,
                     "name is required"),
       LoadGraphCase("LoadGraph_BadNameChars", [](G* g) { g->set_name("my graph/1"); }, kInvalid,
@@ -655,9 +686,9 @@ class BadInputTest : public ::testing::TestWithParam<BadInputCase> {
     ClientOptions options;
     options.address = address;
     suite_->client = std::make_unique<ConvServeClient>(options);
-    auto channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
-    suite_->convserve_stub = v1::ConvServe::NewStub(channel);
-    suite_->kserve_stub = inference::GRPCInferenceService::NewStub(channel);
+    suite_->channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+    suite_->convserve_stub = v1::ConvServe::NewStub(suite_->channel);
+    suite_->kserve_stub = inference::GRPCInferenceService::NewStub(suite_->channel);
   }
 
   static void TearDownTestSuite() {
