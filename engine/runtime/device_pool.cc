@@ -114,6 +114,10 @@ struct DevicePool::Execution {
   // The captured graph it replays, held until it ends: the cache may drop
   // the graph meanwhile.
   std::shared_ptr<CapturedLayers> captured;
+  // Whether its layers went on the stream in one segment (LayerSegmentEnds).
+  // A request of more segments waits for its earlier ones inside Launch, so
+  // one launched behind it would hold back its answer by that long.
+  bool one_segment = false;
 };
 
 // One warm-up of one execution shape, shared by the workers that build its
@@ -830,7 +834,8 @@ void DevicePool::RunTask(Device& device, Worker& worker, std::unique_ptr<Task> t
     // waited for, so the GPU runs it without waiting for this thread.
     std::unique_ptr<Task> next;
     Execution next_execution;
-    if (execution.status.ok() && options_.launch_ahead) {
+    // A follower has this request's graph and shape, so its segments too.
+    if (execution.status.ok() && execution.one_segment && options_.launch_ahead) {
       next = TakeFollower(device, worker, *task);
     }
     if (next != nullptr) {
@@ -1447,6 +1452,7 @@ absl::Status DevicePool::Launch(Device& device, Worker& worker, Task& task, bool
                            : static_cast<double>(problems[i].MacCount()) / kAssumedMacsPerMs);
   }
   const std::vector<size_t> segment_ends = LayerSegmentEnds(layer_ms, kMaxQueuedAheadMs);
+  execution->one_segment = segment_ends.size() == 1;
   const auto launch_layers = [&](size_t begin, size_t end) -> absl::Status {
     for (size_t i = begin; i < end; ++i) {
       RETURN_IF_ERROR(plans[i]->RunBound(worker.handle.get(), stream, problems[i]));

@@ -71,9 +71,10 @@ struct DevicePoolOptions {
   // busy core per GPU while requests keep coming. Zero: workers sleep at once.
   absl::Duration worker_spin = absl::Microseconds(500);
   // A worker launches the next waiting request of the same graph and input
-  // shape, read and written where the client put it (CUDA or registered
-  // host memory), before it waits for the request on its stream to finish:
-  // the GPU starts the next one without waiting for the worker.
+  // shape, of one segment of layers, read and written in place (device
+  // memory or page-locked host memory: no staging), before it waits for the
+  // request on its stream to finish: the GPU starts the next one without
+  // waiting for the worker.
   bool launch_ahead = true;
   // Threads that answer a worker's requests while more wait for its GPU
   // (RunTask); 0: one per worker.
