@@ -55,7 +55,7 @@ WarmupRequest WarmupFromProto(const v1::Warmup& proto) {
 
 }  // namespace
 
-void ConvServeService::LoadGraph(ServerCall* rpc, const grpc::ByteBuffer* request_bytes,
+void ConvServeService::LoadGraph(ServerCall* rpc, grpc::ByteBuffer* request_bytes,
                                  grpc::ByteBuffer* response_bytes) {
   // Authorized before the bytes are parsed: a refused caller's graph is
   // never read.
@@ -70,6 +70,7 @@ void ConvServeService::LoadGraph(ServerCall* rpc, const grpc::ByteBuffer* reques
                                  "the request is not a valid convserve.v1.LoadGraphRequest"));
     }
   }
+  request_bytes->Clear();  // parsed: nothing reads them again
   if (!request.has_graph()) {
     return FinishCall(rpc, absl::InvalidArgumentError("graph is required"));
   }

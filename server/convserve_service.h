@@ -35,7 +35,9 @@ class ConvServeService final {
 
   // `request` holds a v1::LoadGraphRequest, `response` gets a
   // v1::LoadGraphResponse.
-  void LoadGraph(ServerCall* rpc, const grpc::ByteBuffer* request, grpc::ByteBuffer* response);
+  // Parses and then frees the request's bytes (weights of up to hundreds of
+  // MB), which the call would otherwise hold through the warm-up.
+  void LoadGraph(ServerCall* rpc, grpc::ByteBuffer* request, grpc::ByteBuffer* response);
   void UnloadGraph(ServerCall* rpc, const v1::UnloadGraphRequest* request,
                    v1::UnloadGraphResponse* response);
   void ListGraphs(ServerCall* rpc, const v1::ListGraphsRequest* request,

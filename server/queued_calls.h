@@ -15,6 +15,7 @@
 #ifndef CONVSERVE_SERVER_QUEUED_CALLS_H_
 #define CONVSERVE_SERVER_QUEUED_CALLS_H_
 
+#include <type_traits>
 #include <grpcpp/completion_queue.h>
 #include <grpcpp/server_context.h>
 #include <grpcpp/support/async_unary_call.h>
@@ -88,7 +89,9 @@ class QueuedUnaryCall final : public ServerCall {
                                           grpc::ServerAsyncResponseWriter<Response>*,
                                           grpc::CompletionQueue*, grpc::ServerCompletionQueue*,
                                           void*);
-  using Handler = std::function<void(ServerCall*, const Request*, Response*)>;
+  // The request is the call's own until the handler returns; a handler may
+  // take its contents (ListenUnary with a handler of a non-const request).
+  using Handler = std::function<void(ServerCall*, Request*, Response*)>;
   // What every call of the method on that queue shares; outlives them.
   struct Method {
     Service* service;
@@ -172,21 +175,23 @@ struct NotDeduced {
 };
 
 // Asks for `calls` calls ahead of one unary method of `service` on `queue`,
-// each handled by `owner`'s member `handler`, on `control` when not null.
+// each handled by `owner`'s member `handler` (of a const request, or of one
+// it may take the contents of), on `control` when not null.
 // The registration returned is shared by those calls and their successors:
 // keep it until the queue has drained.
-template <typename Service, typename Owner, typename Request, typename Response>
+template <typename Service, typename Owner, typename HandlerRequest, typename Response,
+          typename Request = std::remove_const_t<HandlerRequest>>
 std::shared_ptr<const void> ListenUnary(
     Service* service,
     typename NotDeduced<typename QueuedUnaryCall<Service, Request, Response>::RequestMethod>::type
         request,
-    Owner* owner, void (Owner::*handler)(ServerCall*, const Request*, Response*), CallQueue queue,
-    int calls, RequestExecutor* control = nullptr) {
+    Owner* owner, void (Owner::*handler)(ServerCall*, HandlerRequest*, Response*),
+    CallQueue queue, int calls, RequestExecutor* control = nullptr) {
   using Call = QueuedUnaryCall<Service, Request, Response>;
   auto method = std::make_shared<typename Call::Method>();
   method->service = service;
   method->request = request;
-  method->handler = [owner, handler](ServerCall* rpc, const Request* in, Response* out) {
+  method->handler = [owner, handler](ServerCall* rpc, Request* in, Response* out) {
     (owner->*handler)(rpc, in, out);
   };
   method->queue = queue;
