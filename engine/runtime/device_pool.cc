@@ -826,7 +826,8 @@ bool RetryAlone(const absl::Status& status) {
 
 }  // namespace
 
-void DevicePool::RunTask(Device& device, Worker& worker, std::unique_ptr<Task> task) {
+void DevicePool::RunTask(Device& device, Worker& worker, std::unique_ptr<Task> task,
+                         bool take_followers) {
   Execution execution;
   execution.status = Launch(device, worker, *task, /*behind=*/false, &execution);
   for (bool follower = false; task != nullptr; follower = true) {
@@ -835,7 +836,8 @@ void DevicePool::RunTask(Device& device, Worker& worker, std::unique_ptr<Task> t
     std::unique_ptr<Task> next;
     Execution next_execution;
     // A follower has this request's graph and shape, so its segments too.
-    if (execution.status.ok() && execution.one_segment && options_.launch_ahead) {
+    if (execution.status.ok() && execution.one_segment && take_followers &&
+        options_.launch_ahead) {
       next = TakeFollower(device, worker, *task);
     }
     if (next != nullptr) {
@@ -918,7 +920,9 @@ void DevicePool::Answer(Device& device, Worker& worker, std::unique_ptr<Task> ta
       alone->batched = task->batched;
       alone->resources = task->resources;
       alone->accepted = task->accepted;
-      RunTask(device, worker, std::move(alone));
+      // Without followers: under steady traffic they could run on and on
+      // while the batch's later calls wait for their turn here.
+      RunTask(device, worker, std::move(alone), /*take_followers=*/false);
     }
     device.outstanding -= cost;
     return;

@@ -172,9 +172,10 @@ class DevicePool : public RequestRunner {
   // Makes the task of `calls` (one request, or a batch) and routes it.
   void Enqueue(std::vector<InferCall> calls, std::vector<double> delays, bool batched);
   // Executes `task` on `worker` and answers its calls, launching the
-  // requests that follow it (TakeFollower) each before the last is waited
-  // for.
-  void RunTask(Device& device, Worker& worker, std::unique_ptr<Task> task);
+  // requests that follow it (TakeFollower, unless !take_followers) each
+  // before the last is waited for.
+  void RunTask(Device& device, Worker& worker, std::unique_ptr<Task> task,
+               bool take_followers = true);
   // Answers the calls of `task` once its execution is over; a failed batch
   // runs each call again alone. Handles a lost GPU.
   void Answer(Device& device, Worker& worker, std::unique_ptr<Task> task, Execution& execution);
