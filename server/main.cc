@@ -47,8 +47,8 @@ ABSL_FLAG(bool, launch_ahead, true,
           "GPU backend: a worker launches the next waiting request of the same graph and "
           "shape, when it needs no staging copy (tensors in CUDA or registered system shared "
           "memory, or in the messages) and its layers go on the stream at once (about 2 ms of "
-          "work or less), before it waits "
-          "for the last one (docs/runtime.md, \"Launching ahead\")");
+          "work or less), before it waits for the last one (docs/runtime.md, \"Launching "
+          "ahead\")");
 ABSL_FLAG(int, completion_threads, 0,
           "GPU backend: threads that answer requests (the response, metrics and gRPC's write) "
           "while a worker takes its next request or batch; 0: one per worker");

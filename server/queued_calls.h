@@ -15,7 +15,6 @@
 #ifndef CONVSERVE_SERVER_QUEUED_CALLS_H_
 #define CONVSERVE_SERVER_QUEUED_CALLS_H_
 
-#include <type_traits>
 #include <grpcpp/completion_queue.h>
 #include <grpcpp/server_context.h>
 #include <grpcpp/support/async_unary_call.h>
@@ -26,6 +25,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "absl/status/status.h"
