@@ -156,6 +156,18 @@ Answer Infer(DevicePool& pool, const std::shared_ptr<const Graph>& graph, const 
   return answer;
 }
 
+// Sets `call`'s done to record its end in `answer` and count down `done`:
+// for requests submitted together and waited for at once.
+void AnswerInto(Answer* answer, absl::BlockingCounter* done, InferCall* call) {
+  call->done = [answer, done](const absl::Status& status, const Shape& shape,
+                              const InferTimings& timings) {
+    answer->status = status;
+    answer->shape = shape;
+    answer->timings = timings;
+    done->DecrementCount();
+  };
+}
+
 // "" or what is wrong with `answer` against `reference`.
 std::string Check(const Answer& answer, const OracleReference& reference, DType dtype) {
   if (!answer.status.ok()) return answer.status.ToString();
@@ -414,14 +426,7 @@ void CheckLaunchAhead(bool cuda_graphs, bool launch_ahead, uint64_t seed) {
           MakeCall(*graph, a.input_shape, inputs.input(input_of[r]), host ? nullptr : slot->in,
                    host ? nullptr : slot->out, &answers[r]);
       ASSERT_TRUE(call.ok()) << call.status();
-      Answer* answer = &answers[r];
-      call->done = [answer, &done](const absl::Status& status, const Shape& shape,
-                                   const InferTimings& timings) {
-        answer->status = status;
-        answer->shape = shape;
-        answer->timings = timings;
-        done.DecrementCount();
-      };
+      AnswerInto(&answers[r], &done, &*call);
       calls.push_back(*std::move(call));
     }
     for (InferCall& call : calls) pool->Submit(std::move(call));
@@ -719,14 +724,7 @@ TEST(LaunchAheadTest, RequestsOfSeveralSegmentsAreNotLaunchedAhead) {
   for (int r = 0; r < kRequests; ++r) {
     absl::StatusOr<InferCall> call = MakeCall(*graph, shape, input, in[r], out[r], &answers[r]);
     ASSERT_TRUE(call.ok()) << call.status();
-    Answer* answer = &answers[r];
-    call->done = [answer, &done](const absl::Status& status, const Shape& result,
-                                 const InferTimings& timings) {
-      answer->status = status;
-      answer->shape = result;
-      answer->timings = timings;
-      done.DecrementCount();
-    };
+    AnswerInto(&answers[r], &done, &*call);
     calls.push_back(*std::move(call));
   }
   for (InferCall& call : calls) pool->Submit(std::move(call));
