@@ -154,7 +154,9 @@ in_container() { buildah run --isolation=chroot "$container" -- "$@"; }
 
 container="$(buildah from --pull-never --name "convserve-check-$$" "$image")"
 # Flags come from the environment through the entry point, as in production.
-env_flags=(--env CONVSERVE_BACKEND=cpu --env "CONVSERVE_LISTEN=127.0.0.1:$port"
+# The address list also serves a Unix socket, after the TCP port that the
+# image's HEALTHCHECK probes.
+env_flags=(--env CONVSERVE_BACKEND=cpu --env "CONVSERVE_LISTEN=127.0.0.1:$port,unix:/tmp/convserve.sock"
            --env CONVSERVE_SHUTDOWN_GRACE_SECONDS=5 --env CONVSERVE_REQUEST_THREADS=2)
 metrics_flag="$(in_container convserve-server --helpfull 2>&1 | grep -o -- '--metrics[a-z_]*' | head -n 1 || true)"
 # The metrics issue decides the flag's name; a port or an address are

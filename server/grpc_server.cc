@@ -1,9 +1,15 @@
 #include "server/grpc_server.h"
 
+#include <algorithm>
+#include <string>
+#include <vector>
+
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/server_builder.h>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "spdlog/spdlog.h"
 
 namespace convserve {
@@ -13,6 +19,14 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(const GrpcServerOp
   if (options.grpc_threads < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("gRPC threads must be >= 1, got ", options.grpc_threads));
+  }
+  std::vector<std::string> addresses;
+  for (absl::string_view address :
+       absl::StrSplit(options.listen_address, ',', absl::SkipWhitespace())) {
+    addresses.emplace_back(absl::StripAsciiWhitespace(address));
+  }
+  if (addresses.empty()) {
+    return absl::InvalidArgumentError("no address to listen on (--listen)");
   }
   if (options.max_message_bytes < 1) {
     return absl::InvalidArgumentError(absl::StrCat("max message bytes must be >= 1, got ",
@@ -74,7 +88,11 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(const GrpcServerOp
     if (options.on_no_healthy_device) options.on_no_healthy_device();
   });
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(options.listen_address, *credentials, &server->port_);
+  // One bound port per address; AddListeningPort writes them at BuildAndStart.
+  std::vector<int> ports(addresses.size(), 0);
+  for (size_t i = 0; i < addresses.size(); ++i) {
+    builder.AddListeningPort(addresses[i], *credentials, &ports[i]);
+  }
   builder.SetMaxReceiveMessageSize(options.max_message_bytes);
   builder.SetMaxSendMessageSize(options.max_message_bytes);
   builder.RegisterService(server->convserve_.grpc_service());
@@ -84,14 +102,19 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(const GrpcServerOp
   for (int i = 0; i < options.grpc_threads; ++i) queues.push_back(builder.AddCompletionQueue());
   server->server_ = builder.BuildAndStart();
   server->threads_ = std::make_unique<QueueThreads>(std::move(queues));
-  if (server->server_ == nullptr || server->port_ == 0) {
+  // gRPC binds the addresses in order and stops at the first that fails,
+  // whose port stays 0.
+  const auto unbound = std::find(ports.begin(), ports.end(), 0);
+  if (server->server_ == nullptr || unbound != ports.end()) {
     if (server->server_ != nullptr) server->server_->Shutdown();
     server->threads_->Stop();
     server->server_ = nullptr;
-    return absl::UnavailableError(
-        absl::StrCat("cannot listen on '", options.listen_address,
-                     "': the address is malformed or in use (--listen)"));
+    const std::string culprit =
+        unbound != ports.end() ? addresses[unbound - ports.begin()] : options.listen_address;
+    return absl::UnavailableError(absl::StrCat(
+        "cannot listen on '", culprit, "': the address is malformed or in use (--listen)"));
   }
+  server->port_ = ports.front();
   // Calls asked for ahead on each queue: the hot methods' enough for a
   // burst of requests in flight (more wait in gRPC until asked for).
   constexpr int kHotCalls = 32;

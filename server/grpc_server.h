@@ -29,7 +29,9 @@
 namespace convserve {
 
 struct GrpcServerOptions {
-  // host:port to listen on; port 0 picks a free port (see port()).
+  // Where to listen: host:port (port 0 picks a free port, see port()) or
+  // unix:PATH; several, comma-separated, serve the same calls (e.g. TCP for
+  // remote clients and a Unix socket for those on this machine).
   std::string listen_address = "0.0.0.0:8001";
   // Largest request or response message in bytes.
   int max_message_bytes = 256 << 20;
@@ -62,7 +64,7 @@ class GrpcServer {
                                                            InferenceCore* core);
   ~GrpcServer();
 
-  // The bound port.
+  // The bound port of the first address (1 for a Unix socket).
   int port() const { return port_; }
   ServerMetrics& metrics() { return *metrics_; }
 

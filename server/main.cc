@@ -27,7 +27,9 @@
 #include "server/version.h"
 #include "spdlog/spdlog.h"
 
-ABSL_FLAG(std::string, listen, "0.0.0.0:8001", "gRPC listen address (host:port)");
+ABSL_FLAG(std::string, listen, "0.0.0.0:8001",
+          "gRPC listen address: host:port or unix:PATH; several, comma-separated, serve the "
+          "same calls (e.g. 0.0.0.0:8001,unix:/run/convserve/grpc.sock)");
 ABSL_FLAG(std::string, backend, "auto",
           "inference backend: auto (GPU when present, else CPU), cpu or cuda");
 ABSL_FLAG(int, max_message_bytes, 256 << 20, "largest gRPC request or response, in bytes");

@@ -2,6 +2,9 @@
 # The server on a Unix socket (--listen=unix:PATH): health answers there,
 # convserve-load's requests through gRPC bytes and system shared memory
 # match the CPU reference, and the socket serves nothing after a SIGTERM.
+# Then one server on loopback TCP and a Unix socket at once
+# (--listen=127.0.0.1:0,unix:PATH) answers on both, and a list with an
+# address that cannot be bound stops the start with an error naming it.
 # BIN: the directory of the built binaries.
 set -uo pipefail
 bin="${BIN:?BIN is the build directory}"
@@ -32,4 +35,40 @@ server=
 if "$bin/convserve-health" --server="unix:$socket" --wait_seconds=1 > /dev/null 2>&1; then
   fail "health still answers after the server stopped"
 fi
+
+# Two addresses: TCP first (its port is the one logged), then the socket.
+socket2="$dir/both.sock"
+"$bin/convserve-server" --listen="127.0.0.1:0, unix:$socket2" --metrics_listen= --backend=cpu \
+  > "$dir/server2.log" 2>&1 &
+server=$!
+"$bin/convserve-health" --server="unix:$socket2" --wait_seconds=30 > "$dir/health2.log" 2>&1 ||
+  fail "no health answer on unix:$socket2: $(cat "$dir/health2.log")"
+port=$(sed -n 's/.*listening on .*(port \([0-9]*\).*/\1/p' "$dir/server2.log")
+[ -n "$port" ] && [ "$port" -gt 1 ] || fail "no TCP port in the log: $(grep listening "$dir/server2.log")"
+for target in "127.0.0.1:$port" "unix:$socket2"; do
+  "$bin/convserve-load" --server="$target" \
+    --graph_file="${CONVSERVE_SOURCE_DIR:?}/tests/bench/conv64_nhwc.textproto" \
+    --input_shape=1,64,7,5 --protocol=kserve --verify --requests=2 \
+    > "$dir/load_both.log" 2>&1 || fail "convserve-load on $target failed: $(tail -3 "$dir/load_both.log")"
+  grep -qE "^verify: [0-9]+ outputs checked, 0 mismatches" "$dir/load_both.log" ||
+    fail "outputs on $target not verified: $(grep verify "$dir/load_both.log")"
+  echo "both addresses, $target: $(grep -E '^verify' "$dir/load_both.log")"
+done
+kill -TERM $server
+wait $server || fail "the server of two addresses exited $? after SIGTERM"
+server=
+
+# A list whose second address cannot be bound (its directory does not
+# exist): exit 2, and the error names that address.
+bad="unix:$dir/missing/convserve.sock"
+"$bin/convserve-server" --listen="127.0.0.1:0,$bad" --metrics_listen= --backend=cpu \
+  > "$dir/server3.log" 2>&1
+rc=$?
+[ $rc -eq 2 ] || fail "a server with an unbindable address exited $rc, not 2: $(tail -3 "$dir/server3.log")"
+grep -q "cannot listen on '$bad'" "$dir/server3.log" ||
+  fail "the error does not name $bad: $(tail -3 "$dir/server3.log")"
+"$bin/convserve-server" --listen=" , " --metrics_listen= --backend=cpu > "$dir/server4.log" 2>&1
+rc=$?
+[ $rc -eq 2 ] && grep -q "no address to listen on" "$dir/server4.log" ||
+  fail "an empty --listen list: exit $rc, $(tail -2 "$dir/server4.log")"
 echo "PASS"
