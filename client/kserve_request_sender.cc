@@ -223,7 +223,7 @@ KServeRequestSender::~KServeRequestSender() {
 }
 
 std::string KServeRequestSender::transport() const {
-  std::string calls = options_.streaming ? "ModelStreamInfer streams (one per server)"
+  std::string calls = options_.streaming ? "ModelStreamInfer streams (one per connection)"
                                          : "unary ModelInfer";
   if (regions_ == nullptr) return absl::StrCat(calls, ", tensors in the messages");
   return absl::StrCat(calls, ", tensors in ", regions_->description(), " (", regions_->slots(),

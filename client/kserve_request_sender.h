@@ -1,6 +1,6 @@
 // KServe ModelInfer in every form convserve-load measures: tensors in the
 // messages or in shared memory (system or CUDA; shared_memory_tensors.h), and
-// unary calls or one ModelStreamInfer stream per server
+// unary calls or one ModelStreamInfer stream per connection
 // (model_infer_stream.h). The closed and open loops see only
 // InferRequestSender.
 //
@@ -39,7 +39,8 @@ struct KServeSenderOptions {
   int cuda_device = 0;
   // With shared memory: output slots, the most requests in flight at once.
   int output_slots = 1;
-  // One ModelStreamInfer stream per server instead of unary calls.
+  // One ModelStreamInfer stream per caller client (connection) instead of
+  // unary calls.
   bool streaming = false;
   // Deadline of each request.
   std::chrono::milliseconds timeout{30000};

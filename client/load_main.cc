@@ -61,9 +61,10 @@ ABSL_FLAG(int, shared_memory_slots, 0,
           "with --shared_memory: output slots, the most requests in flight (0: the largest "
           "concurrency level; 64 in an open loop; 1 without a load mode)");
 ABSL_FLAG(bool, streaming, false,
-          "KServe only: send over one ModelStreamInfer stream per server instead of unary calls");
+          "KServe only: send over one ModelStreamInfer stream per connection (--connections) "
+          "instead of unary calls");
 ABSL_FLAG(int, connections, 0,
-          "TCP connections to each server, taken in turn by the requests; 0: one per 16 "
+          "connections to each server, taken in turn by the requests; 0: one per 16 "
           "requests in flight (the largest concurrency level, 64 in an open loop), at most 8");
 ABSL_FLAG(int, requests, 1, "without a load mode: requests to send, one after another");
 ABSL_FLAG(bool, unload, false, "unload the graph at the end");

@@ -50,7 +50,7 @@ int AutoConnections(int most_in_flight);
 struct LoadSessionOptions {
   // --server: host:port[,host:port...] or a resolver target (server_pool.h).
   std::string servers = "localhost:8001";
-  // TCP connections to each server (channels with a connection of their
+  // Connections to each server (channels with a connection of their
   // own); requests take turns over them (server_pool.h).
   int connections = 1;
   // Exactly one of: a graph file to load on every server, or the name or id
@@ -80,7 +80,8 @@ struct LoadSessionOptions {
   // With shared memory: output slots, the most requests in flight at once
   // (more wait for a slot; kserve_request_sender.h).
   int shared_memory_slots = 64;
-  // KServe only: one ModelStreamInfer stream per server instead of unary calls.
+  // KServe only: one ModelStreamInfer stream per connection (`connections`)
+  // instead of unary calls.
   bool streaming = false;
   // Deadline of each call.
   absl::Duration timeout = absl::Seconds(30);

@@ -56,7 +56,7 @@ TEST_P(LoadStreamingTest, SameOutputsAsUnaryCalls) {
   ASSERT_EQ(unary.size(), 32u * 8 * 8 * 4);
   std::unique_ptr<LoadSession> session = CreateSession(StreamingSession(server, GetParam()));
   ASSERT_NE(session, nullptr);
-  EXPECT_THAT(session->transport(), HasSubstr("ModelStreamInfer streams (one per server)"));
+  EXPECT_THAT(session->transport(), HasSubstr("ModelStreamInfer streams (one per connection)"));
   {
     // Scoped: the output holds its shared-memory slot while it lives.
     absl::StatusOr<InferOutput> first = session->Send();
