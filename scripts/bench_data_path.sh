@@ -84,7 +84,8 @@ nvidia-smi --query-gpu=utilization.gpu --format=csv,noheader,nounits -lms 100 \
 smi=$!
 run cuda_401k_c64 1,64,56,56 64 --shared_memory=cuda
 kill $smi 2>/dev/null
-# The same over one ModelStreamInfer stream: no unary call per request.
+# The same over ModelStreamInfer streams (one per connection, 4 here): no
+# unary call per request.
 nvidia-smi --query-gpu=utilization.gpu --format=csv,noheader,nounits -lms 100 \
   > "$out/utilization_stream.txt" 2>/dev/null &
 smi=$!
@@ -119,10 +120,27 @@ smi=$!
 run cuda_401k_c64_stream_w4 1,64,56,56 64 --shared_memory=cuda --streaming
 kill $smi 2>/dev/null
 # The same server on a Unix socket instead of loopback TCP (a sidecar's
-# choice, docs/runtime.md): the 12.8 MB request through gRPC bytes.
+# choice, docs/runtime.md): the 12.8 MB request through gRPC bytes, and the
+# shared-memory rows, whose clients are on this machine by definition.
 address="unix:$socket"
 start_server unix
+"$bin/rpc_floor_bench" --server=$address --requests=20000 > "$out/rpc_floor_unix.txt" 2>&1
 run msg_12m_unix 32,64,56,56 1 --calls=blocking
+run sys_401k_unix 1,64,56,56 1 --shared_memory=system --calls=blocking
+run cuda_401k_unix 1,64,56,56 1 --shared_memory=cuda --calls=blocking
+run sys_12m_unix 32,64,56,56 1 --shared_memory=system --calls=blocking
+run cuda_12m_unix 32,64,56,56 1 --shared_memory=cuda --calls=blocking
+# GPU busy at 64 in flight over the socket: unary calls, then streams over
+# the default 4 connections and over 8.
+for row in "c64_unix|" "c64_stream_unix|--streaming" "c64_stream8_unix|--streaming --connections=8"; do
+  IFS='|' read -r tag flags <<< "$row"
+  nvidia-smi --query-gpu=utilization.gpu --format=csv,noheader,nounits -lms 100 \
+    > "$out/utilization_$tag.txt" 2>/dev/null &
+  smi=$!
+  # shellcheck disable=SC2086  # $flags is a list of flags
+  run cuda_401k_$tag 1,64,56,56 64 --shared_memory=cuda $flags
+  kill $smi 2>/dev/null
+done
 address=127.0.0.1:$port
 start_server verify
 # Correctness of each transport against the CPU reference.
@@ -148,7 +166,8 @@ def level(name):
     rows = list(csv.DictReader(open(path)))
     return rows[-1] if rows else None
 before = {"msg_401k": 0.93, "msg_12m": 22.2, "msg_401k_c64": None}
-targets = {"sys_401k": "<= 0.15", "msg_12m": "<= 11", "sys_12m": "<= 1.0", "cuda_12m": "<= 0.3"}
+targets = {"sys_401k": "<= 0.15", "msg_12m": "<= 11", "sys_12m": "<= 1.0", "cuda_12m": "<= 0.3",
+           "sys_401k_unix": "<= 0.15", "sys_12m_unix": "<= 1.0", "cuda_12m_unix": "<= 0.3"}
 def num(row, key):
     try:
         return float(row[key])
@@ -175,8 +194,15 @@ for name, label, n in [
     ("cuda_401k_c64_1conn", "the same, one connection", 1),
     ("cuda_401k_c64_noahead", "the same, --launch_ahead=false", 1),
     ("cuda_401k_c64_w4", "the same, 4 connections, 4 workers", 1),
-    ("cuda_401k_c64_stream", "64 in flight, CUDA shm, gRPC stream", 1),
-    ("cuda_401k_c64_stream_w4", "the same, 4 workers", 1)]:
+    ("cuda_401k_c64_stream", "64 in flight, CUDA shm, gRPC streams", 1),
+    ("cuda_401k_c64_stream_w4", "the same, 4 workers", 1),
+    ("sys_401k_unix", "Unix socket: 1x64x56x56, system shm", 1),
+    ("cuda_401k_unix", "Unix socket: 1x64x56x56, CUDA shm", 1),
+    ("sys_12m_unix", "Unix socket: 32x64x56x56, system shm", 32),
+    ("cuda_12m_unix", "Unix socket: 32x64x56x56, CUDA shm", 32),
+    ("cuda_401k_c64_unix", "Unix socket: 64 in flight, CUDA shm", 1),
+    ("cuda_401k_c64_stream_unix", "the same, gRPC streams", 1),
+    ("cuda_401k_c64_stream8_unix", "the same, 8 connections", 1)]:
     row = level(name)
     b = before.get(name)
     f = floor.get(n, (float("nan"),))[0]
@@ -199,8 +225,13 @@ for name, calls, workers in (("utilization.txt", "unary calls", "2 workers"),
                              ("utilization_noahead.txt", "unary calls",
                               "2 workers, --launch_ahead=false"),
                              ("utilization_w4.txt", "unary calls", "4 workers"),
-                             ("utilization_stream.txt", "one stream", "2 workers"),
-                             ("utilization_stream_w4.txt", "one stream", "4 workers")):
+                             ("utilization_stream.txt", "streams over 4 connections", "2 workers"),
+                             ("utilization_stream_w4.txt", "streams over 4 connections", "4 workers"),
+                             ("utilization_c64_unix.txt", "unary calls, Unix socket", "2 workers"),
+                             ("utilization_c64_stream_unix.txt",
+                              "streams over 4 connections, Unix socket", "2 workers"),
+                             ("utilization_c64_stream8_unix.txt",
+                              "streams over 8 connections, Unix socket", "2 workers")):
     path = os.path.join(out, name)
     util = [float(x) for x in open(path) if x.strip()] if os.path.exists(path) else []
     if util:
@@ -208,7 +239,10 @@ for name, calls, workers in (("utilization.txt", "unary calls", "2 workers"),
               f"before 11% with gRPC bytes): mean {sum(util)/len(util):.0f}% of {len(util)} samples")
 for n, (total, h2d_gbs, d2h_gbs) in sorted(floor.items()):
     print(f"pinned copy floor N={n}: {total:.3f} ms round trip (H2D {h2d_gbs:.1f} GB/s, D2H {d2h_gbs:.1f} GB/s)")
-for line in open(os.path.join(out, "rpc_floor.txt")):
-    if line.startswith("rpc floor"):
-        print("gRPC unary floor (empty ServerLive round trip, 1 in flight): " + line[len("rpc floor "):].strip())
+for name, over in (("rpc_floor.txt", "loopback TCP"), ("rpc_floor_unix.txt", "Unix socket")):
+    path = os.path.join(out, name)
+    for line in open(path) if os.path.exists(path) else []:
+        if line.startswith("rpc floor"):
+            print(f"gRPC unary floor over {over} (empty ServerLive round trip, 1 in flight): "
+                  + line[len("rpc floor "):].strip())
 PY
