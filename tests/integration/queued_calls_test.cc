@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "client/convserve_client.h"
 #include "client/graph_file.h"
@@ -242,12 +243,31 @@ TEST(QueuedCallsTest, ShutdownWithoutGraceWhileCallsOfEveryKindAreOpenEndsThemAl
         grpc::ClientContext context;
         context.set_deadline(absl::ToChronoTime(absl::Now() + kWait));
         auto stream = stub->ModelStreamInfer(&context);
+        // At most kWindow requests of the stream in flight: unbounded, the
+        // three streams filled the server's queue (--max_queued_requests)
+        // and the unary calls below were refused RESOURCE_EXHAUSTED.
+        constexpr uint64_t kWindow = 8;
+        absl::Mutex mu;
+        uint64_t answered = 0;
+        bool ended = false;
         std::thread reader([&] {
           inference::ModelStreamInferResponse response;
-          while (stream->Read(&response)) ++streamed;
+          while (stream->Read(&response)) {
+            ++streamed;
+            absl::MutexLock lock(&mu);
+            ++answered;
+          }
+          absl::MutexLock lock(&mu);
+          ended = true;
         });
         // Never half-closes: writes until the server has cut the stream off.
-        for (uint64_t i = 0; stream->Write(SmallKServeRequest("open", 100 * s + i)); ++i) {
+        for (uint64_t i = 0;; ++i) {
+          const auto room = [&] { return ended || i < answered + kWindow; };
+          {
+            absl::MutexLock lock(&mu);
+            mu.Await(absl::Condition(&room));
+          }
+          if (!stream->Write(SmallKServeRequest("open", 100 * s + i))) break;
         }
         reader.join();
         EXPECT_NE(stream->Finish().error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
