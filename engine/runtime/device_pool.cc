@@ -3,10 +3,12 @@
 #include <stdlib.h>
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <filesystem>
 #include <limits>
 #include <optional>
+#include <utility>
 
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
@@ -234,28 +236,32 @@ inline void CpuRelax() {
 #endif
 }
 
-// A worker's device buffers for `layers` layers: the input (unless a CUDA
-// region is read in place), the ping-pong activations and the workspace.
-// Sets `*moved` when one was reallocated (captured graphs hold their
-// addresses).
+// A worker's device buffers for `layers` layers and the least size of each:
+// the input (0 when a CUDA region is read in place), the ping-pong
+// activations (pong only for more than one layer) and the workspace.
 template <typename Worker>
-absl::Status GrowLayerBuffers(Worker& worker, size_t in_bytes, size_t activation_bytes,
-                              size_t layers, int64_t workspace, bool input_in_place,
-                              bool* moved) {
-  if (!input_in_place) RETURN_IF_ERROR(Grow(&worker.input, in_bytes, moved));
-  RETURN_IF_ERROR(Grow(&worker.ping, activation_bytes, moved));
-  if (layers > 1) RETURN_IF_ERROR(Grow(&worker.pong, activation_bytes, moved));
-  return Grow(&worker.workspace, static_cast<size_t>(workspace), moved);
+std::array<std::pair<DeviceBuffer*, size_t>, 4> LayerBufferNeeds(Worker& worker, size_t in_bytes,
+                                                                 size_t activation_bytes,
+                                                                 size_t layers, int64_t workspace,
+                                                                 bool input_in_place) {
+  return {{{&worker.input, input_in_place ? 0 : in_bytes},
+           {&worker.ping, activation_bytes},
+           {&worker.pong, layers > 1 ? activation_bytes : 0},
+           {&worker.workspace, static_cast<size_t>(workspace)}}};
 }
 
-// Whether GrowLayerBuffers would reallocate none of the worker's buffers.
-template <typename Worker>
-bool LayerBuffersFit(const Worker& worker, size_t in_bytes, size_t activation_bytes, size_t layers,
-                     int64_t workspace, bool input_in_place) {
-  return (input_in_place || worker.input.bytes() >= in_bytes) &&
-         worker.ping.bytes() >= activation_bytes &&
-         (layers <= 1 || worker.pong.bytes() >= activation_bytes) &&
-         worker.workspace.bytes() >= static_cast<size_t>(workspace);
+// Grows each buffer of `needs` to its size; sets `*moved` when one was
+// reallocated (captured graphs hold their addresses).
+absl::Status GrowLayerBuffers(const std::array<std::pair<DeviceBuffer*, size_t>, 4>& needs,
+                              bool* moved) {
+  for (const auto& [buffer, bytes] : needs) RETURN_IF_ERROR(Grow(buffer, bytes, moved));
+  return absl::OkStatus();
+}
+
+// Whether GrowLayerBuffers would reallocate none of the buffers of `needs`.
+bool LayerBuffersFit(const std::array<std::pair<DeviceBuffer*, size_t>, 4>& needs) {
+  return std::all_of(needs.begin(), needs.end(),
+                     [](const auto& need) { return need.first->bytes() >= need.second; });
 }
 
 // Layer i's buffers among `last` + 1: the first reads `first_input`, the
@@ -793,10 +799,7 @@ void DevicePool::WorkerLoop(Device* device, Worker* worker) {
       } else if (device->queue.empty()) {
         return;  // stopping; Warm queues no job once the pool stops accepting
       } else {
-        task = std::move(device->queue.front());
-        device->queue.pop_front();
-        device->queued.store(device->queue.size(), std::memory_order_release);
-        ++device->running;
+        task = PopQueued(*device);
       }
     }
     if (warm != nullptr) {
@@ -1068,8 +1071,10 @@ absl::Status DevicePool::RunLayersOnce(Device& device, Worker& worker, const Gra
   int64_t workspace = 0;
   for (const auto& plan : plans) workspace = std::max(workspace, plan->workspace_bytes());
   bool moved = false;
-  RETURN_IF_ERROR(GrowLayerBuffers(worker, in_bytes, largest * element, problems.size(), workspace,
-                                   /*input_in_place=*/false, &moved));
+  RETURN_IF_ERROR(GrowLayerBuffers(LayerBufferNeeds(worker, in_bytes, largest * element,
+                                                    problems.size(), workspace,
+                                                    /*input_in_place=*/false),
+                                   &moved));
   if (moved) worker.graphs->Clear();
   cudaStream_t stream = worker.stream.get();
   CUDA_RETURN_IF_ERROR(cudaMemsetAsync(worker.input.data(), 0, in_bytes, stream));
@@ -1422,11 +1427,11 @@ absl::Status DevicePool::Launch(Device& device, Worker& worker, Task& task, bool
   }
   int64_t workspace = 0;
   for (const auto& plan : plans) workspace = std::max(workspace, plan->workspace_bytes());
-  if (!LayerBuffersFit(worker, in_bytes, largest * element, problems.size(), workspace,
-                       input_in_place)) {
+  const auto needs = LayerBufferNeeds(worker, in_bytes, largest * element, problems.size(),
+                                      workspace, input_in_place);
+  if (!LayerBuffersFit(needs)) {
     RETURN_IF_ERROR(settle());
-    RETURN_IF_ERROR(GrowLayerBuffers(worker, in_bytes, largest * element, problems.size(),
-                                     workspace, input_in_place, &moved));
+    RETURN_IF_ERROR(GrowLayerBuffers(needs, &moved));
   }
   if (moved) worker.graphs->Clear();
   if (cancelled()) {
@@ -1668,11 +1673,15 @@ std::unique_ptr<DevicePool::Task> DevicePool::TakeFollower(Device& device, Worke
       !Direct(call.input_memory) || !Direct(call.output_memory)) {
     return nullptr;
   }
-  std::unique_ptr<Task> follower = std::move(device.queue.front());
+  return PopQueued(device);
+}
+
+std::unique_ptr<DevicePool::Task> DevicePool::PopQueued(Device& device) {
+  std::unique_ptr<Task> task = std::move(device.queue.front());
   device.queue.pop_front();
   device.queued.store(device.queue.size(), std::memory_order_release);
   ++device.running;
-  return follower;
+  return task;
 }
 
 absl::StatusOr<std::shared_ptr<const void>> DevicePool::PinHostMemory(void* data, size_t bytes) {

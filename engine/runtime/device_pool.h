@@ -185,6 +185,9 @@ class DevicePool : public RequestRunner {
   // current), and neither input nor output staged through the worker's
   // pinned buffers. Null otherwise.
   std::unique_ptr<Task> TakeFollower(Device& device, Worker& worker, const Task& leader);
+  // Takes the front of `device`'s queue (not empty) to run: counted as
+  // running until the worker is done with it. Under the device's lock.
+  std::unique_ptr<Task> PopQueued(Device& device);
   // Queues `task` on the healthy GPU with the least outstanding work, or
   // answers it (UNAVAILABLE: no healthy GPU; RESOURCE_EXHAUSTED: queue full).
   void Route(std::unique_ptr<Task> task);
