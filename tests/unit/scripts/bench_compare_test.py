@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """scripts/bench_compare.py on synthetic CSVs: the join, speedups against
 PyTorch's graph-replay and eager figures, geometric means, slower-layer
-counts, the roofline floor, old eager-only PyTorch CSVs, missing figures, and
-the stack table. Runs without a GPU or PyTorch."""
+counts, the headline (ours replayed) and the host-launch figures beside it,
+batch-1 layers within 5 us, the roofline floor, old eager-only PyTorch CSVs,
+missing figures, and the stack table. Runs without a GPU or PyTorch."""
 import contextlib
 import io
 import math
@@ -30,6 +31,17 @@ a_1x1,1,float16,NHWC,autotune,fused,3,0.00800,0.00400
 b_3x3,1,float16,NHWC,autotune,fused,4,0.01000,0.00500
 c_dw,32,float16,NHWC,autotune,unfused,7,0.05000,
 d_unknown,1,float16,NHWC,autotune,fused,1,0.01000,0.01000
+"""
+
+# The same layers without the benchmark's own graph replay (a capture that
+# failed everywhere, or an older conv_layer_bench).
+OURS_HOST_ONLY = """\
+# method: ours test method line
+name,batch,dtype,layout,selection,path,engine,ours_ms,ours_graph_ms
+a_1x1,1,float16,NHWC,autotune,fused,3,0.00800,
+b_3x3,1,float16,NHWC,autotune,fused,4,0.01000,
+c_dw,32,float16,NHWC,autotune,unfused,7,0.05000,
+d_unknown,1,float16,NHWC,autotune,fused,1,0.01000,
 """
 
 TORCH = """\
@@ -97,27 +109,45 @@ class BenchCompareTest(unittest.TestCase):
         self.assertAlmostEqual(float(by_name["b_3x3"]["speedup_vs_graph"]), 2.0)
         self.assertAlmostEqual(float(by_name["c_dw"]["speedup_vs_graph"]), 2.0)
         self.assertEqual(by_name["a_1x1"]["torch_graph_variant"], "cudnn_fused")
-        # Geometric mean of 0.5, 2, 2 = 2^(1/3); one layer slower.
-        self.assertIn(f"vs PyTorch graph replay (headline): geometric-mean speedup "
-                      f"{2 ** (1 / 3):.3f} over 3 layers; 1 layers slower", text)
+        # Host launches: geometric mean of 0.5, 2, 2 = 2^(1/3); one layer slower.
+        self.assertIn(f"ours launched from the host per layer (--cuda_graphs=false) vs PyTorch "
+                      f"graph replay: geometric-mean speedup {2 ** (1 / 3):.3f} over 3 layers; "
+                      f"1 layers slower", text)
         # Eager: 3, 4, 4.
-        self.assertIn(f"vs PyTorch eager: geometric-mean speedup {(48) ** (1 / 3):.3f} over 3 "
-                      f"layers; 0 layers slower", text)
+        self.assertIn(f"ours launched from the host per layer vs PyTorch eager: geometric-mean "
+                      f"speedup {(48) ** (1 / 3):.3f} over 3 layers; 0 layers slower", text)
         self.assertIn("(1 rows of ours had no PyTorch row or no shape; left out)", text)
         self.assertIn("NVIDIA H100 80GB HBM3", text)
-        self.assertIn("slowest against PyTorch graph replay (of 1 slower):", text)
-        self.assertRegex(text, r"\n  a_1x1 +N=1 +float16 +fused +ours 8.00 us, PyTorch 4.00 us "
-                               r"\(cudnn_fused\): 0.50x")
-        self.assertIn("N=1 float16, vs graph replay: geometric-mean speedup 1.000 over 2", text)
         self.assertIn("ours test method line", text)
         self.assertIn("method (both)", text)
 
-    def test_bench_side_graph_replay_column_is_a_separate_forecast(self):
+    def test_graph_replay_is_the_headline_and_decides_the_details(self):
         text = self.run_compare(*self.layer_args())
         self.assertIn("ours_graph_us", text)
-        # a: 4/4 = 1.0, b: 20/5 = 4.0, c: no figure -> 2 layers.
-        self.assertIn("(forecast): geometric-mean speedup 2.000 over 2 layers; 0 layers slower",
+        # a: 4/4 = 1.0, b: 20/5 = 4.0, c: no figure -> 2 layers, none slower.
+        self.assertIn("ours replayed from a CUDA graph (the server's default) vs PyTorch graph "
+                      "replay (headline): geometric-mean speedup 2.000 over 2 layers; 0 layers "
+                      "slower", text)
+        self.assertIn("N=1 float16, ours_graph_us vs graph replay: geometric-mean speedup 2.000 "
+                      "over 2", text)
+        self.assertIn("N=32 float16, ours_graph_us vs graph replay: no layers with both figures",
                       text)
+        self.assertIn("N=1 layers within 5 us (ours_graph_us): 2 of 2", text)
+        self.assertNotIn("slowest against", text)  # a is level (1.00x), not slower
+        _, rows = bench_compare.read_csv(os.path.join(self.dir.name, "joined.csv"))
+        b = next(r for r in rows if r["layer"] == "b_3x3")
+        self.assertAlmostEqual(float(b["ours_graph_floor_fraction"]),
+                               float(b["floor_us"]) / 5.0, places=6)
+
+    def test_without_graph_figures_host_launches_decide_the_details(self):
+        text = self.run_compare(*self.layer_args(ours_text=OURS_HOST_ONLY))
+        self.assertNotIn("(headline)", text)
+        self.assertIn("slowest against PyTorch graph replay (ours_us; of 1 slower):", text)
+        self.assertRegex(text, r"\n  a_1x1 +N=1 +float16 +fused +ours 8.00 us, PyTorch 4.00 us "
+                               r"\(cudnn_fused\): 0.50x")
+        self.assertIn("N=1 float16, ours_us vs graph replay: geometric-mean speedup 1.000 over 2",
+                      text)
+        self.assertIn("N=1 layers within 5 us (ours_us): 0 of 2", text)
 
     def test_floor_is_roofline_of_flops_and_bytes(self):
         self.run_compare(*self.layer_args())

@@ -66,9 +66,14 @@ esac
             self.assertIn(f"stack_bench: skipped, {bundle}/bin/stack_bench missing", text)
             self.assertIn("bench_pytorch_stacks: FAILED (exit 3)", text)
             self.assertIn("RuntimeError: fake capture failure", text)
-            # 0.5x and 2.0x: geometric mean 1.0, one slower; the table is in the file.
-            self.assertIn("vs PyTorch graph replay (headline): geometric-mean speedup 1.000 over "
-                          "2 layers; 1 layers slower", text)
+            # Replayed (the headline): 1.0x and 50/24 = 2.083x, geometric mean 1.443,
+            # none slower; launched from the host: 0.5x and 2.0x, 1.0, one
+            # slower. The table is in the file.
+            self.assertIn("vs PyTorch graph replay (headline): geometric-mean speedup 1.443 over "
+                          "2 layers; 0 layers slower", text)
+            self.assertIn("ours launched from the host per layer (--cuda_graphs=false) vs PyTorch "
+                          "graph replay: geometric-mean speedup 1.000 over 2 layers; 1 layers "
+                          "slower", text)
             self.assertIn("no stack comparison", text)
             self.assertTrue(os.path.exists(os.path.join(out, "compare_layers.csv")))
             with open(os.path.join(out, "compare_layers.txt")) as f:
