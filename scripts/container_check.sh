@@ -191,6 +191,9 @@ in_container convserve-health --server="127.0.0.1:$port" --wait_seconds=60 ||
   { cat "$work/server.log"; fail "server never became SERVING"; }
 step "health: the image's HEALTHCHECK command"
 in_container "${healthcheck[@]}" || fail "HEALTHCHECK command failed"
+step "health over the Unix socket of CONVSERVE_LISTEN's list"
+in_container convserve-health --server=unix:/tmp/convserve.sock --wait_seconds=10 ||
+  fail "no health answer on unix:/tmp/convserve.sock"
 
 step "graph load and inference: convserve-load --graph_file=examples/resnet_block.textproto"
 in_container convserve-load --server="127.0.0.1:$port" \

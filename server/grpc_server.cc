@@ -8,7 +8,9 @@
 #include <grpcpp/server_builder.h>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "spdlog/spdlog.h"
 
@@ -89,9 +91,10 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(const GrpcServerOp
   });
   grpc::ServerBuilder builder;
   // One bound port per address; AddListeningPort writes them at BuildAndStart.
-  std::vector<int> ports(addresses.size(), 0);
+  server->addresses_ = addresses;
+  server->ports_.assign(addresses.size(), 0);
   for (size_t i = 0; i < addresses.size(); ++i) {
-    builder.AddListeningPort(addresses[i], *credentials, &ports[i]);
+    builder.AddListeningPort(addresses[i], *credentials, &server->ports_[i]);
   }
   builder.SetMaxReceiveMessageSize(options.max_message_bytes);
   builder.SetMaxSendMessageSize(options.max_message_bytes);
@@ -102,19 +105,17 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(const GrpcServerOp
   for (int i = 0; i < options.grpc_threads; ++i) queues.push_back(builder.AddCompletionQueue());
   server->server_ = builder.BuildAndStart();
   server->threads_ = std::make_unique<QueueThreads>(std::move(queues));
-  // gRPC binds the addresses in order and stops at the first that fails,
-  // whose port stays 0.
-  const auto unbound = std::find(ports.begin(), ports.end(), 0);
-  if (server->server_ == nullptr || unbound != ports.end()) {
-    if (server->server_ != nullptr) server->server_->Shutdown();
+  if (server->server_ == nullptr) {
     server->threads_->Stop();
-    server->server_ = nullptr;
-    const std::string culprit =
-        unbound != ports.end() ? addresses[unbound - ports.begin()] : options.listen_address;
+    // gRPC binds the addresses in order and stops at the first that fails,
+    // whose port stays 0.
+    const auto unbound = std::find(server->ports_.begin(), server->ports_.end(), 0);
+    const std::string culprit = unbound != server->ports_.end()
+                                    ? addresses[unbound - server->ports_.begin()]
+                                    : options.listen_address;
     return absl::UnavailableError(absl::StrCat(
         "cannot listen on '", culprit, "': the address is malformed or in use (--listen)"));
   }
-  server->port_ = ports.front();
   // Calls asked for ahead on each queue: the hot methods' enough for a
   // burst of requests in flight (more wait in gRPC until asked for).
   constexpr int kHotCalls = 32;
@@ -130,6 +131,17 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(const GrpcServerOp
   // observer sets the flag first): it stays so.
   if (server->no_healthy_device_.load()) server->health_.SetServing(false);
   return server;
+}
+
+std::string GrpcServer::addresses() const {
+  std::vector<std::string> described;
+  for (size_t i = 0; i < addresses_.size(); ++i) {
+    const bool socket = absl::StartsWith(addresses_[i], "unix:") ||
+                        absl::StartsWith(addresses_[i], "unix-abstract:");
+    described.push_back(socket ? addresses_[i]
+                               : absl::StrCat(addresses_[i], " (port ", ports_[i], ")"));
+  }
+  return absl::StrJoin(described, ", ");
 }
 
 GrpcServer::~GrpcServer() {

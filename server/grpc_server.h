@@ -1,5 +1,5 @@
-// The gRPC server: both services, health checking and reflection on one
-// address, every call on completion queues (server/queued_calls.h). Owned by
+// The gRPC server: both services, health checking and reflection on one or
+// more addresses, every call on completion queues (server/queued_calls.h). Owned by
 // main() or by a test; the core must outlive it.
 #ifndef CONVSERVE_SERVER_GRPC_SERVER_H_
 #define CONVSERVE_SERVER_GRPC_SERVER_H_
@@ -10,6 +10,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
@@ -57,15 +58,19 @@ struct GrpcServerOptions {
 
 class GrpcServer {
  public:
-  // Loads the graph directory, binds and starts serving. UNAVAILABLE when
-  // the address cannot be bound; a bad TLS file, token file or graph file
-  // fails the start with its own error.
+  // Loads the graph directory, binds and starts serving. INVALID_ARGUMENT
+  // for an empty address list, UNAVAILABLE when an address cannot be bound
+  // (the error names it); a bad TLS file, token file or graph file fails the
+  // start with its own error.
   static absl::StatusOr<std::unique_ptr<GrpcServer>> Start(const GrpcServerOptions& options,
                                                            InferenceCore* core);
   ~GrpcServer();
 
   // The bound port of the first address (1 for a Unix socket).
-  int port() const { return port_; }
+  int port() const { return ports_.front(); }
+  // The addresses served, a TCP one with its bound port:
+  // "0.0.0.0:8001 (port 8001), unix:/run/convserve/grpc.sock".
+  std::string addresses() const;
   ServerMetrics& metrics() { return *metrics_; }
 
   // SIGHUP: re-reads the graph management token file (the TLS files are
@@ -103,7 +108,8 @@ class GrpcServer {
   HealthService health_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<QueueThreads> threads_;  // stopped after server_ shuts down
-  int port_ = 0;
+  std::vector<std::string> addresses_;  // as given to --listen
+  std::vector<int> ports_;               // bound, one per address
   // Shutdown may be called from a signal thread and a destructor: the
   // second caller waits for the first.
   absl::Mutex shutdown_mu_;

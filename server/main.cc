@@ -355,10 +355,10 @@ int Run() {
     spdlog::critical("cannot start: {}", server.status().ToString());
     return 2;
   }
-  spdlog::info("listening on {} (port {}, {}): convserve.v1.ConvServe, "
+  spdlog::info("listening on {} ({}): convserve.v1.ConvServe, "
                "inference.GRPCInferenceService, grpc.health.v1, reflection; graph management {}; "
                "metrics {}",
-               server_options.listen_address, (*server)->port(),
+               (*server)->addresses(),
                !TlsEnabled(server_options.tls)             ? "plain text"
                : server_options.tls.require_client_cert ? "mutual TLS"
                                                          : "TLS",

@@ -12,14 +12,25 @@ dir=$(mktemp -d)
 socket="$dir/convserve.sock"
 server=
 trap '[ -n "$server" ] && kill -KILL $server 2>/dev/null; rm -rf "$dir"' EXIT
-fail() { echo "FAIL: $*"; tail -20 "$dir/server.log"; exit 1; }
+log="$dir/server.log"  # the running server's log, shown on failure
+fail() { echo "FAIL: $*"; tail -20 "$log"; exit 1; }
+# wait_listening: until the server's "listening on" line is in $log (health
+# can answer before main() logs it), at most 30 s.
+wait_listening() {
+  for _ in $(seq 300); do
+    grep -q "listening on" "$log" && return 0
+    sleep 0.1
+  done
+  fail "no \"listening on\" line in the log within 30 s"
+}
 
 "$bin/convserve-server" --listen="unix:$socket" --metrics_listen= --backend=cpu \
   > "$dir/server.log" 2>&1 &
 server=$!
 "$bin/convserve-health" --server="unix:$socket" --wait_seconds=30 > "$dir/health.log" 2>&1 ||
   fail "no health answer on unix:$socket: $(cat "$dir/health.log")"
-grep -q "listening on unix:$socket" "$dir/server.log" || fail "the log does not name the socket"
+wait_listening
+grep -q "listening on unix:$socket " "$log" || fail "the log does not name the socket"
 for mode in none system; do
   "$bin/convserve-load" --server="unix:$socket" \
     --graph_file="${CONVSERVE_SOURCE_DIR:?}/tests/bench/conv64_nhwc.textproto" \
@@ -38,13 +49,15 @@ fi
 
 # Two addresses: TCP first (its port is the one logged), then the socket.
 socket2="$dir/both.sock"
+log="$dir/server2.log"
 "$bin/convserve-server" --listen="127.0.0.1:0, unix:$socket2" --metrics_listen= --backend=cpu \
-  > "$dir/server2.log" 2>&1 &
+  > "$log" 2>&1 &
 server=$!
 "$bin/convserve-health" --server="unix:$socket2" --wait_seconds=30 > "$dir/health2.log" 2>&1 ||
   fail "no health answer on unix:$socket2: $(cat "$dir/health2.log")"
-port=$(sed -n 's/.*listening on .*(port \([0-9]*\).*/\1/p' "$dir/server2.log")
-[ -n "$port" ] && [ "$port" -gt 1 ] || fail "no TCP port in the log: $(grep listening "$dir/server2.log")"
+wait_listening
+port=$(sed -n "s|.*listening on 127.0.0.1:0 (port \([0-9]*\)), unix:$socket2 (.*|\1|p" "$log")
+[ -n "$port" ] && [ "$port" -gt 1 ] || fail "the log does not name both addresses: $(grep listening "$log")"
 for target in "127.0.0.1:$port" "unix:$socket2"; do
   "$bin/convserve-load" --server="$target" \
     --graph_file="${CONVSERVE_SOURCE_DIR:?}/tests/bench/conv64_nhwc.textproto" \
@@ -61,14 +74,14 @@ server=
 # A list whose second address cannot be bound (its directory does not
 # exist): exit 2, and the error names that address.
 bad="unix:$dir/missing/convserve.sock"
-"$bin/convserve-server" --listen="127.0.0.1:0,$bad" --metrics_listen= --backend=cpu \
-  > "$dir/server3.log" 2>&1
+log="$dir/server3.log"
+timeout 30 "$bin/convserve-server" --listen="127.0.0.1:0,$bad" --metrics_listen= --backend=cpu \
+  > "$log" 2>&1
 rc=$?
-[ $rc -eq 2 ] || fail "a server with an unbindable address exited $rc, not 2: $(tail -3 "$dir/server3.log")"
-grep -q "cannot listen on '$bad'" "$dir/server3.log" ||
-  fail "the error does not name $bad: $(tail -3 "$dir/server3.log")"
-"$bin/convserve-server" --listen=" , " --metrics_listen= --backend=cpu > "$dir/server4.log" 2>&1
+[ $rc -eq 2 ] || fail "a server with an unbindable address exited $rc, not 2"
+grep -q "cannot listen on '$bad'" "$log" || fail "the error does not name $bad"
+log="$dir/server4.log"
+timeout 30 "$bin/convserve-server" --listen=" , " --metrics_listen= --backend=cpu > "$log" 2>&1
 rc=$?
-[ $rc -eq 2 ] && grep -q "no address to listen on" "$dir/server4.log" ||
-  fail "an empty --listen list: exit $rc, $(tail -2 "$dir/server4.log")"
+[ $rc -eq 2 ] && grep -q "no address to listen on" "$log" || fail "an empty --listen list: exit $rc"
 echo "PASS"
