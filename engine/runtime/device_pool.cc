@@ -239,11 +239,10 @@ inline void CpuRelax() {
 // A worker's device buffers for `layers` layers and the least size of each:
 // the input (0 when a CUDA region is read in place), the ping-pong
 // activations (pong only for more than one layer) and the workspace.
+using LayerBufferNeedList = std::array<std::pair<DeviceBuffer*, size_t>, 4>;
 template <typename Worker>
-std::array<std::pair<DeviceBuffer*, size_t>, 4> LayerBufferNeeds(Worker& worker, size_t in_bytes,
-                                                                 size_t activation_bytes,
-                                                                 size_t layers, int64_t workspace,
-                                                                 bool input_in_place) {
+LayerBufferNeedList LayerBufferNeeds(Worker& worker, size_t in_bytes, size_t activation_bytes,
+                                     size_t layers, int64_t workspace, bool input_in_place) {
   return {{{&worker.input, input_in_place ? 0 : in_bytes},
            {&worker.ping, activation_bytes},
            {&worker.pong, layers > 1 ? activation_bytes : 0},
@@ -252,14 +251,13 @@ std::array<std::pair<DeviceBuffer*, size_t>, 4> LayerBufferNeeds(Worker& worker,
 
 // Grows each buffer of `needs` to its size; sets `*moved` when one was
 // reallocated (captured graphs hold their addresses).
-absl::Status GrowLayerBuffers(const std::array<std::pair<DeviceBuffer*, size_t>, 4>& needs,
-                              bool* moved) {
+absl::Status GrowLayerBuffers(const LayerBufferNeedList& needs, bool* moved) {
   for (const auto& [buffer, bytes] : needs) RETURN_IF_ERROR(Grow(buffer, bytes, moved));
   return absl::OkStatus();
 }
 
 // Whether GrowLayerBuffers would reallocate none of the buffers of `needs`.
-bool LayerBuffersFit(const std::array<std::pair<DeviceBuffer*, size_t>, 4>& needs) {
+bool LayerBuffersFit(const LayerBufferNeedList& needs) {
   return std::all_of(needs.begin(), needs.end(),
                      [](const auto& need) { return need.first->bytes() >= need.second; });
 }
@@ -799,7 +797,7 @@ void DevicePool::WorkerLoop(Device* device, Worker* worker) {
       } else if (device->queue.empty()) {
         return;  // stopping; Warm queues no job once the pool stops accepting
       } else {
-        task = PopQueued(*device);
+        task = PopQueuedLocked(*device);
       }
     }
     if (warm != nullptr) {
@@ -1673,10 +1671,10 @@ std::unique_ptr<DevicePool::Task> DevicePool::TakeFollower(Device& device, Worke
       !Direct(call.input_memory) || !Direct(call.output_memory)) {
     return nullptr;
   }
-  return PopQueued(device);
+  return PopQueuedLocked(device);
 }
 
-std::unique_ptr<DevicePool::Task> DevicePool::PopQueued(Device& device) {
+std::unique_ptr<DevicePool::Task> DevicePool::PopQueuedLocked(Device& device) {
   std::unique_ptr<Task> task = std::move(device.queue.front());
   device.queue.pop_front();
   device.queued.store(device.queue.size(), std::memory_order_release);

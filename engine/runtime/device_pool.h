@@ -187,7 +187,7 @@ class DevicePool : public RequestRunner {
   std::unique_ptr<Task> TakeFollower(Device& device, Worker& worker, const Task& leader);
   // Takes the front of `device`'s queue (not empty) to run: counted as
   // running until the worker is done with it. Under the device's lock.
-  std::unique_ptr<Task> PopQueued(Device& device);
+  std::unique_ptr<Task> PopQueuedLocked(Device& device);
   // Queues `task` on the healthy GPU with the least outstanding work, or
   // answers it (UNAVAILABLE: no healthy GPU; RESOURCE_EXHAUSTED: queue full).
   void Route(std::unique_ptr<Task> task);
