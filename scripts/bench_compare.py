@@ -155,7 +155,10 @@ def compare_layers(args, out):
     else:
         peaks = next((v for k, v in PEAKS.items() if k in device), PEAKS["H100 80GB HBM3"])
     torch_rows = {(r["name"], r["batch"], r["dtype"], r["layout"]): r for r in theirs}
-    has_ours_graph = any(not math.isnan(number(r, "ours_graph_ms")) for r in ours)
+    # Whether the benchmark's own replay gave figures for layers with a peer.
+    has_ours_graph = any(not math.isnan(number(r, "ours_graph_ms")) for r in ours
+                         if (r["name"], r["batch"], r["dtype"], r["layout"]) in torch_rows
+                         and r["name"] in shapes)
     selection = ours[0].get("selection", "") if ours else ""
 
     print(f"== layers: convserve ({selection}) vs PyTorch, {device}", file=out)
@@ -228,6 +231,12 @@ def compare_layers(args, out):
     if has_ours_graph:
         summary("ours replayed from a CUDA graph (the server's default) vs PyTorch graph replay "
                 "(headline)", ours_graph_vs_graph)
+        unreplayed = [row["layer"] + f" N={row['batch']} " + row["dtype"] for row in joined
+                      if math.isnan(row["ours_graph_us"])]
+        if unreplayed:
+            print(f"{len(unreplayed)} layers without a replayed figure (the capture failed: "
+                  f"conv_layer_bench.err), left out of the lines on ours_graph_us below: "
+                  f"{', '.join(unreplayed)}", file=out)
     summary("ours launched from the host per layer (--cuda_graphs=false) vs PyTorch graph replay",
             vs_graph)
     summary("ours launched from the host per layer vs PyTorch eager", vs_eager)

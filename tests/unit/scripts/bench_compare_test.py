@@ -123,7 +123,8 @@ class BenchCompareTest(unittest.TestCase):
 
     def test_graph_replay_is_the_headline_and_decides_the_details(self):
         text = self.run_compare(*self.layer_args())
-        self.assertIn("ours_graph_us", text)
+        header = next(line for line in text.splitlines() if line.startswith("layer "))
+        self.assertEqual(header.split()[-3:], ["ours_graph_us", "graph_vs_graph", "graph_floor%"])
         # a: 4/4 = 1.0, b: 20/5 = 4.0, c: no figure -> 2 layers, none slower.
         self.assertIn("ours replayed from a CUDA graph (the server's default) vs PyTorch graph "
                       "replay (headline): geometric-mean speedup 2.000 over 2 layers; 0 layers "
@@ -134,10 +135,21 @@ class BenchCompareTest(unittest.TestCase):
                       text)
         self.assertIn("N=1 layers within 5 us (ours_graph_us): 2 of 2", text)
         self.assertNotIn("slowest against", text)  # a is level (1.00x), not slower
+        # c_dw has no replayed figure: named as left out.
+        self.assertIn("1 layers without a replayed figure (the capture failed: "
+                      "conv_layer_bench.err), left out of the lines on ours_graph_us below: "
+                      "c_dw N=32 float16", text)
         _, rows = bench_compare.read_csv(os.path.join(self.dir.name, "joined.csv"))
         b = next(r for r in rows if r["layer"] == "b_3x3")
         self.assertAlmostEqual(float(b["ours_graph_floor_fraction"]),
                                float(b["floor_us"]) / 5.0, places=6)
+
+    def test_a_graph_figure_without_a_peer_does_not_make_the_headline(self):
+        ours = OURS_HOST_ONLY.replace("d_unknown,1,float16,NHWC,autotune,fused,1,0.01000,",
+                                      "d_unknown,1,float16,NHWC,autotune,fused,1,0.01000,0.01")
+        text = self.run_compare(*self.layer_args(ours_text=ours))
+        self.assertNotIn("(headline)", text)
+        self.assertIn("N=1 layers within 5 us (ours_us): 0 of 2", text)
 
     def test_without_graph_figures_host_launches_decide_the_details(self):
         text = self.run_compare(*self.layer_args(ours_text=OURS_HOST_ONLY))
