@@ -24,21 +24,34 @@ wait_listening() {
   fail "no \"listening on\" line in the log within 30 s"
 }
 
-"$bin/convserve-server" --listen="unix:$socket" --metrics_listen= --backend=cpu \
-  > "$dir/server.log" 2>&1 &
-server=$!
-"$bin/convserve-health" --server="unix:$socket" --wait_seconds=30 > "$dir/health.log" 2>&1 ||
-  fail "no health answer on unix:$socket: $(cat "$dir/health.log")"
-wait_listening
+# serve ADDRESSES PROBE: a CPU server on ADDRESSES logging to $log, healthy
+# when asked on PROBE and its "listening on" line logged.
+serve() {
+  "$bin/convserve-server" --listen="$1" --metrics_listen= --backend=cpu > "$log" 2>&1 &
+  server=$!
+  "$bin/convserve-health" --server="$2" --wait_seconds=30 > "$dir/health.log" 2>&1 ||
+    fail "no health answer on $2: $(cat "$dir/health.log")"
+  wait_listening
+}
+# verified NAME TARGET SHAPE FLAGS...: convserve-load's requests through
+# TARGET match the CPU reference.
+verified() {
+  local name=$1 target=$2 shape=$3
+  shift 3
+  "$bin/convserve-load" --server="$target" \
+    --graph_file="${CONVSERVE_SOURCE_DIR:?}/tests/bench/conv64_nhwc.textproto" \
+    --input_shape="$shape" --protocol=kserve --verify "$@" > "$dir/load.log" 2>&1 ||
+    fail "convserve-load ($name) failed: $(tail -3 "$dir/load.log")"
+  grep -qE "^verify: [0-9]+ outputs checked, 0 mismatches" "$dir/load.log" ||
+    fail "outputs ($name) not verified: $(grep verify "$dir/load.log")"
+  echo "$name: $(grep -E '^verify' "$dir/load.log")"
+}
+
+serve "unix:$socket" "unix:$socket"
 grep -q "listening on unix:$socket " "$log" || fail "the log does not name the socket"
 for mode in none system; do
-  "$bin/convserve-load" --server="unix:$socket" \
-    --graph_file="${CONVSERVE_SOURCE_DIR:?}/tests/bench/conv64_nhwc.textproto" \
-    --input_shape=2,64,9,11 --protocol=kserve --shared_memory=$mode --verify --requests=4 \
-    > "$dir/load_$mode.log" 2>&1 || fail "convserve-load ($mode) failed: $(tail -3 "$dir/load_$mode.log")"
-  grep -qE "^verify: [0-9]+ outputs checked, 0 mismatches" "$dir/load_$mode.log" ||
-    fail "outputs ($mode) not verified: $(grep verify "$dir/load_$mode.log")"
-  echo "unix socket, shared memory $mode: $(grep -E '^verify' "$dir/load_$mode.log")"
+  verified "unix socket, shared memory $mode" "unix:$socket" 2,64,9,11 --shared_memory=$mode \
+    --requests=4
 done
 kill -TERM $server
 wait $server || fail "the server exited $? after SIGTERM"
@@ -50,22 +63,11 @@ fi
 # Two addresses: TCP first (its port is the one logged), then the socket.
 socket2="$dir/both.sock"
 log="$dir/server2.log"
-"$bin/convserve-server" --listen="127.0.0.1:0, unix:$socket2" --metrics_listen= --backend=cpu \
-  > "$log" 2>&1 &
-server=$!
-"$bin/convserve-health" --server="unix:$socket2" --wait_seconds=30 > "$dir/health2.log" 2>&1 ||
-  fail "no health answer on unix:$socket2: $(cat "$dir/health2.log")"
-wait_listening
+serve "127.0.0.1:0, unix:$socket2" "unix:$socket2"
 port=$(sed -n "s|.*listening on 127.0.0.1:0 (port \([0-9]*\)), unix:$socket2 (.*|\1|p" "$log")
 [ -n "$port" ] && [ "$port" -gt 1 ] || fail "the log does not name both addresses: $(grep listening "$log")"
 for target in "127.0.0.1:$port" "unix:$socket2"; do
-  "$bin/convserve-load" --server="$target" \
-    --graph_file="${CONVSERVE_SOURCE_DIR:?}/tests/bench/conv64_nhwc.textproto" \
-    --input_shape=1,64,7,5 --protocol=kserve --verify --requests=2 \
-    > "$dir/load_both.log" 2>&1 || fail "convserve-load on $target failed: $(tail -3 "$dir/load_both.log")"
-  grep -qE "^verify: [0-9]+ outputs checked, 0 mismatches" "$dir/load_both.log" ||
-    fail "outputs on $target not verified: $(grep verify "$dir/load_both.log")"
-  echo "both addresses, $target: $(grep -E '^verify' "$dir/load_both.log")"
+  verified "both addresses, $target" "$target" 1,64,7,5 --requests=2
 done
 kill -TERM $server
 wait $server || fail "the server of two addresses exited $? after SIGTERM"
