@@ -22,6 +22,11 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(const GrpcServerOp
     return absl::InvalidArgumentError(
         absl::StrCat("gRPC threads must be >= 1, got ", options.grpc_threads));
   }
+  if (options.grpc_queues < 1 || options.grpc_queues > options.grpc_threads) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gRPC completion queues must be 1 to the gRPC threads (",
+                     options.grpc_threads, "), got ", options.grpc_queues));
+  }
   std::vector<std::string> addresses;
   for (absl::string_view address :
        absl::StrSplit(options.listen_address, ',', absl::SkipWhitespace())) {
@@ -102,9 +107,9 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(const GrpcServerOp
   builder.RegisterService(server->kserve_.grpc_service());
   builder.RegisterService(server->health_.grpc_service());
   std::vector<std::unique_ptr<grpc::ServerCompletionQueue>> queues;
-  for (int i = 0; i < options.grpc_threads; ++i) queues.push_back(builder.AddCompletionQueue());
+  for (int i = 0; i < options.grpc_queues; ++i) queues.push_back(builder.AddCompletionQueue());
   server->server_ = builder.BuildAndStart();
-  server->threads_ = std::make_unique<QueueThreads>(std::move(queues));
+  server->threads_ = std::make_unique<QueueThreads>(std::move(queues), options.grpc_threads);
   if (server->server_ == nullptr) {
     server->threads_->Stop();
     // gRPC binds the addresses in order and stops at the first that fails,

@@ -47,9 +47,11 @@ struct GrpcServerOptions {
   ServerMetricsOptions metrics;
   // Bounds of the KServe shared-memory regions.
   SharedMemoryLimits shared_memory;
-  // gRPC completion queues, one thread each, that run every call's events
-  // (server/queued_calls.h).
+  // Threads that run every call's events on gRPC completion queues
+  // (server/queued_calls.h), and the queues they share: thread i serves
+  // queue i % grpc_queues.
   int grpc_threads = 4;
+  int grpc_queues = 1;
   // Called (once, from a worker thread) when no GPU serves any more,
   // after health has turned NOT_SERVING; main() shuts down and exits
   // non-zero so the orchestrator restarts the process.

@@ -34,8 +34,11 @@ ABSL_FLAG(std::string, backend, "auto",
           "inference backend: auto (GPU when present, else CPU), cpu or cuda");
 ABSL_FLAG(int, max_message_bytes, 256 << 20, "largest gRPC request or response, in bytes");
 ABSL_FLAG(int, grpc_threads, 4,
-          "gRPC completion queues, one thread each, that run every call's events "
+          "gRPC threads that run every call's events on the completion queues "
           "(docs/runtime.md, \"gRPC's threads\")");
+ABSL_FLAG(int, grpc_queues, 1,
+          "gRPC completion queues the --grpc_threads share (1 to --grpc_threads); on one "
+          "queue the thread that reads a request also runs it");
 ABSL_FLAG(int, cpu_threads, 0, "threads of the CPU backend; 0 = one per hardware thread");
 ABSL_FLAG(std::vector<std::string>, gpus, {},
           "CUDA devices to serve on, e.g. 0,1; empty means every visible GPU");
@@ -332,6 +335,7 @@ int Run() {
   server_options.listen_address = absl::GetFlag(FLAGS_listen);
   server_options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   server_options.grpc_threads = absl::GetFlag(FLAGS_grpc_threads);
+  server_options.grpc_queues = absl::GetFlag(FLAGS_grpc_queues);
   server_options.tls.cert_file = absl::GetFlag(FLAGS_tls_cert_file);
   server_options.tls.key_file = absl::GetFlag(FLAGS_tls_key_file);
   server_options.tls.client_ca_file = absl::GetFlag(FLAGS_tls_client_ca_file);

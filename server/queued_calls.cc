@@ -15,12 +15,13 @@ void FinishCall(ServerCall* call, const absl::Status& status) {
 void QueueThreads::Start() {
   if (started_) return;
   started_ = true;
-  for (size_t i = 0; i < queues_.size(); ++i) {
-    threads_.emplace_back([this, i] {
+  for (int i = 0; i < thread_count_; ++i) {
+    grpc::ServerCompletionQueue* const queue = queues_[i % queues_.size()].get();
+    threads_.emplace_back([queue, i] {
       NameThisThread(absl::StrCat("cs-grpc", i));
       void* tag = nullptr;
       bool ok = false;
-      while (queues_[i]->Next(&tag, &ok)) static_cast<QueueTag*>(tag)->Proceed(ok);
+      while (queue->Next(&tag, &ok)) static_cast<QueueTag*>(tag)->Proceed(ok);
     });
   }
 }

@@ -19,6 +19,7 @@
 #include <grpcpp/server_context.h>
 #include <grpcpp/support/async_unary_call.h>
 
+#include <algorithm>
 #include <atomic>
 #include <functional>
 #include <map>
@@ -209,8 +210,10 @@ std::shared_ptr<const void> ListenUnary(
 // (Debian's gRPC is not instrumented). Stop after the server has shut down.
 class QueueThreads {
  public:
-  explicit QueueThreads(std::vector<std::unique_ptr<grpc::ServerCompletionQueue>> queues)
-      : queues_(std::move(queues)) {}
+  // `threads` threads (at least one per queue): thread i runs queue
+  // i % queues.size().
+  QueueThreads(std::vector<std::unique_ptr<grpc::ServerCompletionQueue>> queues, int threads)
+      : queues_(std::move(queues)), thread_count_(std::max<int>(threads, queues_.size())) {}
   ~QueueThreads() { Stop(); }
 
   // Queue `i` of queue_count(), for asking for calls on it.
@@ -226,6 +229,7 @@ class QueueThreads {
  private:
   LiveCalls calls_;
   std::vector<std::unique_ptr<grpc::ServerCompletionQueue>> queues_;
+  const int thread_count_;
   std::vector<std::thread> threads_;
   bool started_ = false;
   std::atomic<bool> stopped_{false};

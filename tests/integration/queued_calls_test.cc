@@ -1,8 +1,9 @@
 // The server's calls on completion queues (server/queued_calls.h): its own
 // grpc.health.v1.Health (Check, Watch, the end of watches at shutdown), a
 // call that blocks on a control thread while the queue goes on answering,
-// calls spread over several queues, shutdown without grace while calls of
-// every kind are open, and a bad --grpc_threads.
+// calls spread over threads and queues (one queue shared by every thread, as
+// by default, or several), shutdown without grace while calls of every kind
+// are open, and a bad --grpc_threads or --grpc_queues.
 #include <grpcpp/client_context.h>
 #include <grpcpp/create_channel.h>
 #include <grpcpp/security/credentials.h>
@@ -11,8 +12,10 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "client/convserve_client.h"
@@ -50,9 +53,11 @@ std::unique_ptr<grpc::ClientReader<HealthCheckResponse>> Watch(Health::Stub& stu
   return stub.Watch(context, request);
 }
 
-std::unique_ptr<TestServer> ServerWith(int grpc_threads, std::unique_ptr<Backend> backend = {}) {
+std::unique_ptr<TestServer> ServerWith(int grpc_threads, std::unique_ptr<Backend> backend = {},
+                                       int grpc_queues = 1) {
   TestServerOptions options;
   options.grpc_threads = grpc_threads;
+  options.grpc_queues = grpc_queues;
   return TestServer::Start(InferenceCoreOptions(), std::move(backend), options);
 }
 
@@ -179,8 +184,13 @@ TEST(QueuedCallsTest, ABlockedUnloadDoesNotHoldTheQueue) {
 
 // Requests on several connections spread over four queues: every one is
 // answered, with the right graph's output shape.
-TEST(QueuedCallsTest, ManyCallsOverFourQueuesAreAllAnswered) {
-  std::unique_ptr<TestServer> server = ServerWith(4);
+// Threads and the queues they share: every thread on one queue (the
+// default), one each, and uneven splits.
+class QueueLayoutTest : public ::testing::TestWithParam<std::pair<int, int>> {};
+
+TEST_P(QueueLayoutTest, ManyCallsFromFourConnectionsAreAllAnswered) {
+  const auto [threads, queues] = GetParam();
+  std::unique_ptr<TestServer> server = ServerWith(threads, {}, queues);
   ConvServeClient loader(server->client_options());
   v1::LoadGraphRequest load;
   *load.mutable_graph() = SmallConvGraph("spread", 7);
@@ -206,6 +216,14 @@ TEST(QueuedCallsTest, ManyCallsOverFourQueuesAreAllAnswered) {
   EXPECT_EQ(answered.load(), 200);
 }
 
+INSTANTIATE_TEST_SUITE_P(ThreadsAndQueues, QueueLayoutTest,
+                         ::testing::Values(std::pair{4, 1}, std::pair{4, 4}, std::pair{4, 2},
+                                           std::pair{3, 2}, std::pair{1, 1}),
+                         [](const ::testing::TestParamInfo<std::pair<int, int>>& info) {
+                           return absl::StrCat(info.param.first, "Threads",
+                                               info.param.second, "Queues");
+                         });
+
 // A KServe request of the small graph at 1 x 3 x 8 x 8.
 inference::ModelInferRequest SmallKServeRequest(const std::string& graph, uint64_t seed) {
   inference::ModelInferRequest request;
@@ -227,7 +245,8 @@ inference::ModelInferRequest SmallKServeRequest(const std::string& graph, uint64
 TEST(QueuedCallsTest, ShutdownWithoutGraceWhileCallsOfEveryKindAreOpenEndsThemAll) {
   for (int round = 0; round < 8; ++round) {
     SCOPED_TRACE(round);
-    std::unique_ptr<TestServer> server = ServerWith(2);
+    // Two threads on one queue, then on one queue each.
+    std::unique_ptr<TestServer> server = ServerWith(2, {}, 1 + round % 2);
     const std::string address = server->address();
     ConvServeClient loader(server->client_options());
     v1::LoadGraphRequest load;
@@ -319,6 +338,23 @@ TEST(QueuedCallsTest, NoQueueIsRefusedAtStart) {
   ASSERT_FALSE(server.ok());
   EXPECT_EQ(server.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(server.status().message().find("gRPC threads must be >= 1"), std::string::npos);
+}
+
+TEST(QueuedCallsTest, QueuesOutsideOneToTheThreadsAreRefusedAtStart) {
+  for (int queues : {0, 5}) {
+    SCOPED_TRACE(queues);
+    TestServerOptions options;
+    options.grpc_threads = 4;
+    options.grpc_queues = queues;
+    absl::StatusOr<std::unique_ptr<TestServer>> server =
+        TestServer::TryStart(InferenceCoreOptions(), options);
+    ASSERT_FALSE(server.ok());
+    EXPECT_EQ(server.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(server.status().message().find(absl::StrCat(
+                  "gRPC completion queues must be 1 to the gRPC threads (4), got ", queues)),
+              std::string::npos)
+        << server.status();
+  }
 }
 
 }  // namespace

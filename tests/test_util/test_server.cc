@@ -59,6 +59,7 @@ absl::StatusOr<std::unique_ptr<TestServer>> TestServer::TryServe(
   server_options.graph_management = options.graph_management;
   server_options.graph_dir = options.graph_dir;
   server_options.grpc_threads = options.grpc_threads;
+  server_options.grpc_queues = options.grpc_queues;
   absl::StatusOr<std::unique_ptr<GrpcServer>> server =
       GrpcServer::Start(server_options, test_server->core_.get());
   if (!server.ok()) return server.status();

@@ -27,9 +27,10 @@ struct TestServerOptions {
   ServerTlsOptions tls;
   GraphManagementOptions graph_management;
   std::string graph_dir;
-  // gRPC completion queues (GrpcServerOptions::grpc_threads, the
-  // server's default).
+  // gRPC's threads and the completion queues they share
+  // (GrpcServerOptions::grpc_threads and grpc_queues, the server's defaults).
   int grpc_threads = 4;
+  int grpc_queues = 1;
 };
 
 class TestServer {
