@@ -119,6 +119,15 @@ nvidia-smi --query-gpu=utilization.gpu --format=csv,noheader,nounits -lms 100 \
 smi=$!
 run cuda_401k_c64_stream_w4 1,64,56,56 64 --shared_memory=cuda --streaming
 kill $smi 2>/dev/null
+# The old layout of gRPC's threads, a completion queue each
+# (--grpc_queues=4; the default is one queue they share, docs/runtime.md).
+start_server q4 --grpc_queues=4
+run sys_401k_q4 1,64,56,56 1 --shared_memory=system --calls=blocking
+nvidia-smi --query-gpu=utilization.gpu --format=csv,noheader,nounits -lms 100 \
+  > "$out/utilization_q4.txt" 2>/dev/null &
+smi=$!
+run cuda_401k_c64_q4 1,64,56,56 64 --shared_memory=cuda
+kill $smi 2>/dev/null
 # The same server on a Unix socket instead of loopback TCP (a sidecar's
 # choice, docs/runtime.md): the 12.8 MB request through gRPC bytes, and the
 # shared-memory rows, whose clients are on this machine by definition.
@@ -196,6 +205,8 @@ for name, label, n in [
     ("cuda_401k_c64_w4", "the same, 4 connections, 4 workers", 1),
     ("cuda_401k_c64_stream", "64 in flight, CUDA shm, gRPC streams", 1),
     ("cuda_401k_c64_stream_w4", "the same, 4 workers", 1),
+    ("sys_401k_q4", "1x64x56x56, system shm, --grpc_queues=4", 1),
+    ("cuda_401k_c64_q4", "64 in flight, CUDA shm, --grpc_queues=4", 1),
     ("sys_401k_unix", "Unix socket: 1x64x56x56, system shm", 1),
     ("cuda_401k_unix", "Unix socket: 1x64x56x56, CUDA shm", 1),
     ("sys_12m_unix", "Unix socket: 32x64x56x56, system shm", 32),
@@ -227,6 +238,8 @@ for name, calls, workers in (("utilization.txt", "unary calls", "2 workers"),
                              ("utilization_w4.txt", "unary calls", "4 workers"),
                              ("utilization_stream.txt", "streams over 4 connections", "2 workers"),
                              ("utilization_stream_w4.txt", "streams over 4 connections", "4 workers"),
+                             ("utilization_q4.txt", "unary calls",
+                              "2 workers, --grpc_queues=4"),
                              ("utilization_c64_unix.txt", "unary calls, Unix socket", "2 workers"),
                              ("utilization_c64_stream_unix.txt",
                               "streams over 4 connections, Unix socket", "2 workers"),
