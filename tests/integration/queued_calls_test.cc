@@ -182,10 +182,9 @@ TEST(QueuedCallsTest, ABlockedUnloadDoesNotHoldTheQueue) {
   EXPECT_TRUE(unloaded.load());
 }
 
-// Requests on several connections spread over four queues: every one is
-// answered, with the right graph's output shape.
-// Threads and the queues they share: every thread on one queue (the
-// default), one each, and uneven splits.
+// Requests on four connections, served by threads on the queues they share
+// (every thread on one queue, the default; one each; uneven splits): every
+// one is answered, with the right graph's output shape.
 class QueueLayoutTest : public ::testing::TestWithParam<std::pair<int, int>> {};
 
 TEST_P(QueueLayoutTest, ManyCallsFromFourConnectionsAreAllAnswered) {
