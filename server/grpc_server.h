@@ -61,7 +61,9 @@ struct GrpcServerOptions {
 class GrpcServer {
  public:
   // Loads the graph directory, binds and starts serving. INVALID_ARGUMENT
-  // for an empty address list, UNAVAILABLE when an address cannot be bound
+  // for an empty address list or a thread or queue count out of range
+  // (grpc_threads < 1; grpc_queues outside 1..grpc_threads), UNAVAILABLE
+  // when an address cannot be bound
   // (the error names it); a bad TLS file, token file or graph file fails the
   // start with its own error.
   static absl::StatusOr<std::unique_ptr<GrpcServer>> Start(const GrpcServerOptions& options,
