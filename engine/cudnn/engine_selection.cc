@@ -32,10 +32,12 @@ bool AutotuneAlsoTries(const ConvLayerProblem& problem, LayerPath path) {
   return path != LayerPath::kUnfusedRounding || problem.dtype == DType::kFloat16;
 }
 
+float AutotuneRankMs(float ms, LayerPath path) {
+  return path == LayerPath::kUnfusedRounding ? ms * kRoundingSpeedup : ms;
+}
+
 bool AutotuneReplaces(float ms, LayerPath path, float winner_ms, LayerPath winner_path) {
-  const bool needs_margin =
-      path == LayerPath::kUnfusedRounding && winner_path != LayerPath::kUnfusedRounding;
-  return ms * (needs_margin ? kRoundingSpeedup : 1.0f) < winner_ms;
+  return AutotuneRankMs(ms, path) < AutotuneRankMs(winner_ms, winner_path);
 }
 
 absl::StatusOr<EngineSearch> ParseEngineSearch(const std::string& name) {

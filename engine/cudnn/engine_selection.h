@@ -70,10 +70,15 @@ std::string ConfigRejection(const EngineSelection& selection, const CudnnTarget&
 // output (depthwise convs, issue 12); bfloat16, with 8 bits, does not (the
 // second rounding cost a graph of issue 10 6.7e-2 relative L2).
 bool AutotuneAlsoTries(const ConvLayerProblem& problem, LayerPath path);
-// Whether a passing candidate on `path` timed at `ms` replaces the autotune
-// winner so far (on `winner_path`, timed at `winner_ms`). A candidate on the
-// rounding path must beat a winner that rounds once by kRoundingSpeedup.
+// What autotune ranks a passing candidate by: its time, times
+// kRoundingSpeedup on the rounding path, so a candidate that rounds twice
+// wins only when it is that much faster than the best that rounds once.
+// The search's winner and SearchReport::Ranked (the server's choice) both
+// order by it.
 inline constexpr float kRoundingSpeedup = 1.25f;
+float AutotuneRankMs(float ms, LayerPath path);
+// Whether a passing candidate on `path` timed at `ms` replaces the autotune
+// winner so far (on `winner_path`, timed at `winner_ms`): a lower rank.
 bool AutotuneReplaces(float ms, LayerPath path, float winner_ms, LayerPath winner_path);
 
 // "heuristic" (= heuristic_a), "heuristic_b", "fallback" or "autotune".

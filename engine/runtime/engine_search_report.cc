@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "engine/cudnn/engine_selection.h"
 
 namespace convserve {
 
@@ -13,7 +14,9 @@ std::vector<EngineConfigId> SearchReport::Ranked() const {
   }
   if (timed) {
     std::stable_sort(passed.begin(), passed.end(),
-                     [](const CandidateResult* a, const CandidateResult* b) { return a->ms < b->ms; });
+                     [](const CandidateResult* a, const CandidateResult* b) {
+                       return AutotuneRankMs(a->ms, a->id.path) < AutotuneRankMs(b->ms, b->id.path);
+                     });
   }
   std::vector<EngineConfigId> ids;
   for (const CandidateResult* r : passed) ids.push_back(r->id);

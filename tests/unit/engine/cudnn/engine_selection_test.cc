@@ -3,6 +3,11 @@
 // margin when the winner rounds once.
 #include "engine/cudnn/engine_selection.h"
 
+#include <string>
+#include <vector>
+
+#include "engine/runtime/engine_search_report.h"
+
 #include "gtest/gtest.h"
 
 namespace convserve {
@@ -35,6 +40,35 @@ TEST(AutotuneRoundingTest, TheRoundingPathNeedsTheMarginOverAWinnerThatRoundsOnc
                                LayerPath::kUnfusedRounding));
   EXPECT_TRUE(AutotuneReplaces(0.99f, LayerPath::kUnfused, 1.0f, LayerPath::kFused));
   EXPECT_FALSE(AutotuneReplaces(1.0f, LayerPath::kFused, 1.0f, LayerPath::kFused));
+  // The margin holds whichever comes first: a candidate that rounds once,
+  // timed after a rounding winner, takes its place unless the winner is
+  // faster by the margin.
+  EXPECT_TRUE(AutotuneReplaces(1.2f, LayerPath::kFused, 1.0f, LayerPath::kUnfusedRounding));
+  EXPECT_FALSE(AutotuneReplaces(1.3f, LayerPath::kDirect, 1.0f, LayerPath::kUnfusedRounding));
+}
+
+CandidateResult Passed(const std::string& id, float ms) {
+  CandidateResult result;
+  result.id = *EngineConfigId::Parse(id);
+  result.ok = true;
+  result.ms = ms;
+  return result;
+}
+
+// The server takes Ranked()'s first (the prober's report), the search's
+// own caller its winner: both apply the rounding margin.
+TEST(AutotuneRoundingTest, RankedAppliesTheMarginAsTheSearchDoes) {
+  SearchReport report;
+  report.timed = true;
+  report.results = {Passed("fused:e1:", 1.0f), Passed("unfused_rounding:e2:", 0.9f),
+                    Passed("unfused:e3:k2=1", 1.1f)};
+  std::vector<std::string> ids;
+  for (const EngineConfigId& id : report.Ranked()) ids.push_back(id.ToString());
+  EXPECT_EQ(ids, (std::vector<std::string>{"fused:e1:", "unfused:e3:k2=1", "unfused_rounding:e2:"}));
+  report.results[1].ms = 0.7f;  // 1.25 x 0.7 < 1.0: rounding twice pays
+  ids.clear();
+  for (const EngineConfigId& id : report.Ranked()) ids.push_back(id.ToString());
+  EXPECT_EQ(ids, (std::vector<std::string>{"unfused_rounding:e2:", "fused:e1:", "unfused:e3:k2=1"}));
 }
 
 }  // namespace
