@@ -75,6 +75,7 @@ absl::StatusOr<RunnerChoice> MakeGpu(const BackendConfig& config) {
   options.selection.direct_kernels = config.direct_kernels;
   options.selection.max_workspace_bytes = config.max_workspace_bytes;
   options.selection.autotune_candidates = config.autotune_candidates;
+  options.selection.autotune_knob_candidates = config.autotune_knob_candidates;
   if (!config.engine_blocklist.empty()) {
     ASSIGN_OR_RETURN(options.selection.blocklist, ReadEngineBlocklist(config.engine_blocklist));
   }
@@ -86,6 +87,11 @@ absl::StatusOr<RunnerChoice> MakeGpu(const BackendConfig& config) {
   }
   options.plan_cache_dir =
       config.plan_cache_dir == "auto" ? AutoPlanCacheDir() : config.plan_cache_dir;
+  if (config.autotune_candidates < 1 || config.autotune_knob_candidates < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--autotune_candidates must be >= 1 and --autotune_knob_candidates >= 0, "
+                     "got ", config.autotune_candidates, " and ", config.autotune_knob_candidates));
+  }
   if (config.prober_candidate_timeout_seconds <= 0) {
     return absl::InvalidArgumentError("--prober_candidate_timeout_seconds must be > 0");
   }

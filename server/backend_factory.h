@@ -46,6 +46,7 @@ struct BackendConfig {
   std::string engine_blocklist;
   // Autotune: candidates timed per layer and path.
   int autotune_candidates = 12;
+  int autotune_knob_candidates = 16;
   // Operator cuDNN errata file, besides the shipped list; empty for none.
   std::string cudnn_errata;
   // Run engine searches in a convserve-prober process per GPU (false: in

@@ -72,6 +72,9 @@ ABSL_FLAG(int64_t, max_workspace_bytes, int64_t{256} << 20, "largest cuDNN works
 ABSL_FLAG(std::string, engine_blocklist, "",
           "file of cuDNN engine global indices never to use, one per line ('#' comments)");
 ABSL_FLAG(int, autotune_candidates, 12, "autotune: candidate engines timed per layer and path");
+ABSL_FLAG(int, autotune_knob_candidates, 16,
+          "autotune: settings of the winning engine one knob away from its own, timed per "
+          "layer after the heuristics' candidates (0: off)");
 ABSL_FLAG(bool, engine_prober, true,
           "run cuDNN engine searches in a convserve-prober process per GPU, so a candidate that "
           "faults kills the prober (and is quarantined), not the server; false runs them in the "
@@ -268,6 +271,7 @@ int Run() {
   backend_config.max_workspace_bytes = absl::GetFlag(FLAGS_max_workspace_bytes);
   backend_config.engine_blocklist = absl::GetFlag(FLAGS_engine_blocklist);
   backend_config.autotune_candidates = absl::GetFlag(FLAGS_autotune_candidates);
+  backend_config.autotune_knob_candidates = absl::GetFlag(FLAGS_autotune_knob_candidates);
   backend_config.cudnn_errata = absl::GetFlag(FLAGS_cudnn_errata);
   backend_config.engine_prober = absl::GetFlag(FLAGS_engine_prober);
   backend_config.prober_binary = absl::GetFlag(FLAGS_prober_binary);

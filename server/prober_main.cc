@@ -42,6 +42,7 @@ ABSL_FLAG(bool, strict_float32, false, "no TF32 or down-converting engines for f
 ABSL_FLAG(bool, direct_kernels, true, "also race convserve's own kernels");
 ABSL_FLAG(int64_t, max_workspace_bytes, int64_t{256} << 20, "largest cuDNN workspace");
 ABSL_FLAG(int, autotune_candidates, 12, "autotune: candidates run per path");
+ABSL_FLAG(int, autotune_knob_candidates, 16, "autotune: knob-search candidates per layer");
 ABSL_FLAG(int, autotune_iterations, 5, "autotune: timed samples per candidate");
 ABSL_FLAG(std::vector<std::string>, engine_blocklist_ids, {}, "engine global indices never used");
 ABSL_FLAG(std::string, cudnn_errata, "", "operator errata file, besides the shipped list");
@@ -133,6 +134,7 @@ int Run() {
   selection.max_workspace_bytes = absl::GetFlag(FLAGS_max_workspace_bytes);
   selection.autotune_candidates = absl::GetFlag(FLAGS_autotune_candidates);
   selection.autotune_iterations = absl::GetFlag(FLAGS_autotune_iterations);
+  selection.autotune_knob_candidates = absl::GetFlag(FLAGS_autotune_knob_candidates);
   for (const std::string& text : absl::GetFlag(FLAGS_engine_blocklist_ids)) {
     int64_t index = 0;
     if (!absl::SimpleAtoi(text, &index)) {

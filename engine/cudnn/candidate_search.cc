@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "engine/cudnn/captured_layers.h"
@@ -20,6 +21,11 @@ namespace {
 // so launch gaps do not swamp kernels of a few microseconds; the median
 // sample resists clock and cache noise.
 constexpr int kRunsPerSample = 8;
+// Autotune's final: the plans kept (the fastest so far), those within this
+// factor of the best timed again, in this many rounds of one sample each.
+constexpr size_t kFinalists = 3;
+constexpr float kFinalistSpread = 1.10f;
+constexpr int kFinalistRounds = 10;
 
 // cuDNN's paths first: heuristic policies keep the first path that runs, so
 // they take our kernels only where no cuDNN engine runs the layer.
@@ -33,6 +39,59 @@ std::vector<LayerPath> PathsOf(const ConvLayerProblem& problem, const EngineSele
   return paths;
 }
 
+// Times one plan the way the server runs it: kRunsPerSample runs captured
+// into one CUDA graph and replayed, so a kernel of a few microseconds is
+// timed, not the host's launch rate (with launches from the host, every
+// candidate of a small layer measured the same ~7 us). A plan that cannot be
+// captured is timed with plain launches, as it will then run.
+class PlanTimer {
+ public:
+  static absl::StatusOr<PlanTimer> Create(cudnnHandle_t handle, cudaStream_t stream,
+                                          const ConvLayerProblem& problem,
+                                          const ConvLayerPlan& plan) {
+    PlanTimer timer;
+    timer.stream_ = stream;
+    timer.launch_ = [handle, stream, &problem, &plan](size_t begin, size_t end) -> absl::Status {
+      for (size_t r = begin; r < end; ++r) RETURN_IF_ERROR(plan.RunBound(handle, stream, problem));
+      return absl::OkStatus();
+    };
+    ASSIGN_OR_RETURN(CapturedLayers::Result capture,
+                     CapturedLayers::Capture(stream, {static_cast<size_t>(kRunsPerSample)},
+                                             timer.launch_, nullptr));
+    if (capture.captured == nullptr) {
+      spdlog::debug("timing without a CUDA graph (capture failed: {})", capture.failure);
+    }
+    timer.captured_ = std::move(capture.captured);
+    ASSIGN_OR_RETURN(timer.start_, CudaEvent::Create());
+    ASSIGN_OR_RETURN(timer.stop_, CudaEvent::Create());
+    return timer;
+  }
+
+  // Whether the runs replay from a CUDA graph (else: plain launches).
+  bool captured() const { return captured_ != nullptr; }
+  // Milliseconds per run, over one sample of kRunsPerSample runs.
+  absl::StatusOr<float> Sample() {
+    CUDA_RETURN_IF_ERROR(cudaEventRecord(start_.get(), stream_));
+    if (captured_ != nullptr) {
+      CUDA_RETURN_IF_ERROR(captured_->Launch(0, stream_));
+    } else {
+      RETURN_IF_ERROR(launch_(0, kRunsPerSample));
+    }
+    CUDA_RETURN_IF_ERROR(cudaEventRecord(stop_.get(), stream_));
+    CUDA_RETURN_IF_ERROR(cudaEventSynchronize(stop_.get()));
+    float ms = 0;
+    CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&ms, start_.get(), stop_.get()));
+    return ms / kRunsPerSample;
+  }
+
+ private:
+  cudaStream_t stream_ = nullptr;
+  CapturedLayers::LaunchLayers launch_;
+  std::shared_ptr<CapturedLayers> captured_;
+  CudaEvent start_;
+  CudaEvent stop_;
+};
+
 class CandidateRunner {
  public:
   CandidateRunner(ConvLayerPlanner& planner, cudaStream_t stream, const ConvLayerProblem& problem,
@@ -41,7 +100,10 @@ class CandidateRunner {
 
   // Runs one candidate. A non-OK status means the device is lost (a sticky
   // error); otherwise `result` says whether the candidate passed.
-  absl::Status Run(CandidateSet& set, size_t index, bool fault_for_testing,
+  // A knob-search candidate (`knob_search`) must also capture into a CUDA
+  // graph: the heuristics' settings of its engine did, and one that cannot
+  // would cost every request of its graph the replay.
+  absl::Status Run(CandidateSet& set, size_t index, bool fault_for_testing, bool knob_search,
                    CandidateResult* result, std::optional<ConvLayerPlan>* plan_out) {
     result->id = set.candidates[index].id;
     absl::StatusOr<ConvLayerPlan> plan = planner_.Finalize(problem_, set, index);
@@ -75,9 +137,15 @@ class CandidateRunner {
     if (!checked.ok()) return Reject(result, "", checked);
 
     if (planner_.selection().search == EngineSearch::kAutotune) {
-      absl::StatusOr<float> ms = Time(*plan);
+      bool captured = false;
+      absl::StatusOr<float> ms = Time(*plan, &captured);
       if (StickyCudaError(ms.status(), stream_) != cudaSuccess) return ms.status();
       if (!ms.ok()) return Reject(result, "fails while timed: ", ms.status());
+      if (knob_search && !captured) {
+        return Reject(result, "", absl::FailedPreconditionError(
+                                      "cannot be captured into a CUDA graph (a knob-search "
+                                      "candidate must be)"));
+      }
       checked = buffers_.Check(/*check_output=*/false);
       if (StickyCudaError(checked, stream_) != cudaSuccess) return checked;
       if (!checked.ok()) return Reject(result, "while timed: ", checked);
@@ -97,40 +165,46 @@ class CandidateRunner {
     return absl::OkStatus();
   }
 
-  // Times `plan` the way the server runs it: kRunsPerSample runs captured
-  // into one CUDA graph and replayed, so a kernel of a few microseconds is
-  // timed, not the host's launch rate (with launches from the host, every
-  // candidate of a small layer measured the same ~7 us). A plan that cannot
-  // be captured is timed with plain launches, as it will then run.
-  absl::StatusOr<float> Time(const ConvLayerPlan& plan) {
-    const auto launch = [&](size_t begin, size_t end) -> absl::Status {
-      for (size_t r = begin; r < end; ++r) {
-        RETURN_IF_ERROR(plan.RunBound(planner_.handle(), stream_, problem_));
-      }
-      return absl::OkStatus();
-    };
-    ASSIGN_OR_RETURN(CapturedLayers::Result capture,
-                     CapturedLayers::Capture(stream_, {static_cast<size_t>(kRunsPerSample)},
-                                             launch, nullptr));
-    if (capture.captured == nullptr) {
-      spdlog::debug("timing without a CUDA graph (capture failed: {})", capture.failure);
-    }
-    ASSIGN_OR_RETURN(CudaEvent start, CudaEvent::Create());
-    ASSIGN_OR_RETURN(CudaEvent stop, CudaEvent::Create());
+  // Times `plan` the way the server runs it (PlanTimer), the selection's
+  // autotune_iterations samples, and returns the median.
+  absl::StatusOr<float> Time(const ConvLayerPlan& plan, bool* captured) {
+    ASSIGN_OR_RETURN(PlanTimer timer, PlanTimer::Create(planner_.handle(), stream_, problem_, plan));
+    *captured = timer.captured();
     std::vector<float> times;
     for (int i = 0; i < std::max(planner_.selection().autotune_iterations, 1); ++i) {
-      CUDA_RETURN_IF_ERROR(cudaEventRecord(start.get(), stream_));
-      if (capture.captured != nullptr) {
-        CUDA_RETURN_IF_ERROR(capture.captured->Launch(0, stream_));
-      } else {
-        RETURN_IF_ERROR(launch(0, kRunsPerSample));
-      }
-      CUDA_RETURN_IF_ERROR(cudaEventRecord(stop.get(), stream_));
-      CUDA_RETURN_IF_ERROR(cudaEventSynchronize(stop.get()));
-      float ms = 0;
-      CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&ms, start.get(), stop.get()));
-      times.push_back(ms / kRunsPerSample);
+      ASSIGN_OR_RETURN(float ms, timer.Sample());
+      times.push_back(ms);
     }
+    return Median(std::move(times));
+  }
+
+ public:
+  // The finalists again, `rounds` rounds of one sample each in turn, so
+  // drift in clocks or temperature falls on all of them alike; each plan is
+  // bound to the buffers again first (the workspace may have grown since it
+  // ran). Returns each one's median.
+  absl::StatusOr<std::vector<float>> Retime(std::vector<ConvLayerPlan>& plans, int rounds) {
+    std::vector<PlanTimer> timers;
+    for (ConvLayerPlan& plan : plans) {
+      RETURN_IF_ERROR(plan.Bind(problem_, buffers_.buffers()));
+      ASSIGN_OR_RETURN(PlanTimer timer,
+                       PlanTimer::Create(planner_.handle(), stream_, problem_, plan));
+      timers.push_back(std::move(timer));
+    }
+    std::vector<std::vector<float>> times(plans.size());
+    for (int r = 0; r < rounds; ++r) {
+      for (size_t i = 0; i < timers.size(); ++i) {
+        ASSIGN_OR_RETURN(float ms, timers[i].Sample());
+        times[i].push_back(ms);
+      }
+    }
+    std::vector<float> medians;
+    for (std::vector<float>& t : times) medians.push_back(Median(std::move(t)));
+    return medians;
+  }
+
+ private:
+  static float Median(std::vector<float> times) {
     std::nth_element(times.begin(), times.begin() + times.size() / 2, times.end());
     return times[times.size() / 2];
   }
@@ -155,10 +229,46 @@ absl::StatusOr<SearchReport> SearchEngines(ConvLayerPlanner& planner, cudaStream
   CandidateRunner runner(planner, stream, problem, buffers);
   SearchReport report;
   report.timed = autotune;
-  std::optional<ConvLayerPlan> winner;
+  // The passing plans kept, best first: under autotune the kFinalists of
+  // lowest rank (AutotuneRankMs), else the first that passed.
+  std::vector<ConvLayerPlan> kept;
+  const auto rank = [](const ConvLayerPlan& p) { return AutotuneRankMs(p.measured_ms(), p.path()); };
+  bool named_found = false;
+  // Candidate `i` of `set`, unless filtered: false when it did not run.
+  const auto try_candidate = [&](CandidateSet& set, size_t i, bool fault_for_testing,
+                                 bool knob_search) -> absl::StatusOr<bool> {
+    CandidateResult result;
+    result.id = set.candidates[i].id;
+    if (!options.only.empty()) {
+      if (result.id.ToString() != options.only) return false;
+      named_found = true;
+    }
+    if (std::optional<std::string> why = observer->Quarantined(result.id)) {
+      result.detail = absl::StrCat("quarantined: ", *why);
+      observer->OnResult(result);
+      report.results.push_back(std::move(result));
+      return false;
+    }
+    observer->OnTry(result.id);
+    std::optional<ConvLayerPlan> plan;
+    RETURN_IF_ERROR(runner.Run(set, i, fault_for_testing, knob_search, &result, &plan));
+    observer->OnResult(result);
+    report.results.push_back(result);
+    if (result.ok) {
+      // After any of equal rank: the first to run wins ties.
+      const auto at = std::upper_bound(kept.begin(), kept.end(), rank(*plan),
+                                       [&](float r, const ConvLayerPlan& p) { return r < rank(p); });
+      kept.insert(at, *std::move(plan));
+      if (kept.size() > kFinalists) kept.pop_back();
+    }
+    return true;
+  };
+
+  // The heuristics' candidates, path by path.
+  absl::flat_hash_map<LayerPath, std::shared_ptr<const ConvOperationGraph>> graphs;
   bool first_path = true;
   for (LayerPath path : PathsOf(problem, planner.selection())) {
-    const bool have_winner = winner.has_value();
+    const bool have_winner = !kept.empty();
     const bool rounding = path == LayerPath::kUnfusedRounding;
     // Heuristic policies stop at the first path that runs; the rounding
     // path is for convs no engine runs with a float32 output, and under
@@ -174,42 +284,95 @@ absl::StatusOr<SearchReport> SearchEngines(ConvLayerPlanner& planner, cudaStream
       report.skipped.push_back(absl::StrCat(LayerPathName(path), ": ", set.status().message()));
       continue;
     }
+    if (set->graph != nullptr) graphs[path] = set->graph;
     for (std::string& skipped : set->skipped) report.skipped.push_back(std::move(skipped));
     int run = 0;
     for (size_t i = 0; i < set->candidates.size(); ++i) {
       if (autotune && run >= path_max_run) break;
-      CandidateResult result;
-      result.id = set->candidates[i].id;
-      if (!options.only.empty() && result.id.ToString() != options.only) continue;
-      if (std::optional<std::string> why = observer->Quarantined(result.id)) {
-        result.detail = absl::StrCat("quarantined: ", *why);
-        observer->OnResult(result);
-        report.results.push_back(std::move(result));
-        continue;
-      }
-      observer->OnTry(result.id);
-      ++run;
-      std::optional<ConvLayerPlan> plan;
-      RETURN_IF_ERROR(runner.Run(*set, i,
-                                 fault_path && static_cast<int>(i) == options.testing_fault_rank,
-                                 &result, &plan));
-      observer->OnResult(result);
-      report.results.push_back(result);
-      if (!result.ok) continue;
-      if (!winner.has_value() ||
-          AutotuneReplaces(plan->measured_ms(), plan->path(), winner->measured_ms(),
-                           winner->path())) {
-        winner = std::move(plan);
-      }
-      if (!autotune) break;
+      ASSIGN_OR_RETURN(const bool ran,
+                       try_candidate(*set, i,
+                                     fault_path && static_cast<int>(i) == options.testing_fault_rank,
+                                     /*knob_search=*/false));
+      if (ran) ++run;
+      if (ran && !autotune && !kept.empty()) break;
     }
   }
-  if (!winner.has_value()) {
+
+  // A configuration named for reproduction that the heuristics did not list
+  // (one the knob search found): build it by name.
+  if (!options.only.empty() && !named_found) {
+    absl::StatusOr<EngineConfigId> id = EngineConfigId::Parse(options.only);
+    if (id.ok() && graphs.contains(id->path)) {
+      absl::StatusOr<CandidateSet> set = planner.Named(graphs[id->path], *id);
+      if (set.ok()) {
+        RETURN_IF_ERROR(try_candidate(*set, 0, false, /*knob_search=*/false).status());
+      } else {
+        report.skipped.push_back(absl::StrCat(options.only, ": ", set.status().message()));
+      }
+    }
+  }
+
+  // Autotune's knob search: the winner's engine with one knob moved, around
+  // each new winner, within the budget.
+  int knob_budget = autotune && options.only.empty()
+                        ? planner.selection().autotune_knob_candidates
+                        : 0;
+  while (knob_budget > 0 && !kept.empty() && graphs.contains(kept.front().path())) {
+    std::vector<EngineConfigId> tried;
+    for (const CandidateResult& result : report.results) tried.push_back(result.id);
+    const EngineConfigId center = kept.front().id();
+    absl::StatusOr<CandidateSet> set =
+        planner.KnobNeighbours(problem, graphs[center.path], center, tried, knob_budget);
+    if (!set.ok()) {
+      report.skipped.push_back(
+          absl::StrCat(center.ToString(), ": no knob search: ", set.status().message()));
+      break;
+    }
+    for (std::string& skipped : set->skipped) report.skipped.push_back(std::move(skipped));
+    if (set->candidates.empty()) break;
+    for (size_t i = 0; i < set->candidates.size() && knob_budget > 0; ++i) {
+      ASSIGN_OR_RETURN(const bool ran, try_candidate(*set, i, false, /*knob_search=*/true));
+      if (ran) --knob_budget;
+    }
+    if (kept.front().id() == center) break;
+  }
+
+  // Autotune's final: the kept plans within kFinalistSpread of the best are
+  // timed again in turns, and the best of that timing wins. One pass of a
+  // few samples each picks among near-equal candidates by noise; the server
+  // serves the winner for every request of the shape.
+  while (kept.size() > 1 && rank(kept.back()) > rank(kept.front()) * kFinalistSpread) {
+    kept.pop_back();
+  }
+  if (autotune && kept.size() > 1) {
+    absl::StatusOr<std::vector<float>> ms = runner.Retime(kept, kFinalistRounds);
+    if (StickyCudaError(ms.status(), stream) != cudaSuccess) return ms.status();
+    if (ms.ok()) {
+      for (size_t i = 0; i < kept.size(); ++i) {
+        kept[i].set_measured_ms((*ms)[i]);
+        // The later figure stands for the candidate (observers replace).
+        for (CandidateResult& result : report.results) {
+          if (result.id != kept[i].id() || !result.ok) continue;
+          result.ms = (*ms)[i];
+          observer->OnResult(result);
+        }
+      }
+      std::stable_sort(kept.begin(), kept.end(), [&](const ConvLayerPlan& a,
+                                                     const ConvLayerPlan& b) {
+        return rank(a) < rank(b);
+      });
+    } else {
+      spdlog::warn("{}: the finalists were not timed again ({}); keeping the first timing",
+                   problem.Describe(), std::string(ms.status().message()));
+    }
+  }
+
+  if (kept.empty()) {
     return absl::UnimplementedError(absl::StrCat("no engine runs layer ", problem.Describe(),
                                                  " under the selection policy: ",
                                                  report.Summary()));
   }
-  if (best != nullptr) *best = std::move(winner);
+  if (best != nullptr) *best = std::move(kept.front());
   return report;
 }
 

@@ -48,8 +48,12 @@ struct SearchOptions {
   std::string only;
 };
 
-// Runs the search for `problem` on `stream` (the planner's handle's). The
-// report lists every candidate considered. When one passes, `best` (if not
+// Runs the search for `problem` on `stream` (the planner's handle's). Under
+// autotune: the heuristics' candidates per path, then the knob search around
+// the winner (EngineSelection::autotune_knob_candidates), then the fastest
+// few, within 10% of the best, timed again in turns; a candidate timed again
+// is reported to the observer again with its new time. The report lists
+// every candidate considered. When one passes, `best` (if not
 // null) receives its plan, bound to scratch buffers. UNIMPLEMENTED, listing
 // the reasons, when none passes; a CUDA error that leaves the context unusable
 // (IsStickyCudaError) is returned as is: the process has lost the device.

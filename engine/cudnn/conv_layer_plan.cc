@@ -100,6 +100,21 @@ absl::StatusOr<CandidateSet> ConvLayerPlanner::Candidates(const ConvLayerProblem
   return set;
 }
 
+absl::StatusOr<CandidateSet> ConvLayerPlanner::KnobNeighbours(
+    const ConvLayerProblem& problem, std::shared_ptr<const ConvOperationGraph> graph,
+    const EngineConfigId& center, const std::vector<EngineConfigId>& exclude, int max) {
+  return FindKnobNeighbours(std::move(graph), problem, center, exclude, max, selection_, target_);
+}
+
+absl::StatusOr<CandidateSet> ConvLayerPlanner::Named(
+    std::shared_ptr<const ConvOperationGraph> graph, const EngineConfigId& id) {
+  CandidateSet set;
+  ASSIGN_OR_RETURN(EngineCandidate candidate, RebuildEngineCandidate(*graph, id));
+  set.graph = std::move(graph);
+  set.candidates.push_back(std::move(candidate));
+  return set;
+}
+
 absl::StatusOr<ConvLayerPlan> ConvLayerPlanner::Finalize(const ConvLayerProblem& problem,
                                                          CandidateSet& set, size_t index) {
   return FinalizeCandidate(problem, set.graph, std::move(set.candidates[index]));

@@ -93,6 +93,17 @@ class ConvLayerPlanner {
   // The candidates of `path`, best first, after the selection's filters and
   // the errata.
   absl::StatusOr<CandidateSet> Candidates(const ConvLayerProblem& problem, LayerPath path);
+  // Autotune's knob search around `center` (a cuDNN path's configuration) on
+  // `graph`, the operation graph of `center`'s path: FindKnobNeighbours.
+  absl::StatusOr<CandidateSet> KnobNeighbours(const ConvLayerProblem& problem,
+                                              std::shared_ptr<const ConvOperationGraph> graph,
+                                              const EngineConfigId& center,
+                                              const std::vector<EngineConfigId>& exclude,
+                                              int max);
+  // `id` alone, rebuilt on `graph` (its path's operation graph), as a set of
+  // one: for running a configuration by name.
+  absl::StatusOr<CandidateSet> Named(std::shared_ptr<const ConvOperationGraph> graph,
+                                     const EngineConfigId& id);
   // A plan from one of `set`'s candidates (taken out of the set). On the
   // direct path the set holds our configurations and no cuDNN descriptors.
   // RESOURCE_EXHAUSTED when it needs more workspace than the selection

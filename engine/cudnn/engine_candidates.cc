@@ -12,6 +12,23 @@ namespace {
 // More than any cuDNN 9 release defines (44 knob types in 9.19).
 constexpr int64_t kMaxKnobs = 64;
 
+// `count` new descriptors of `type` and their handles, for a
+// cudnnBackendGetAttribute that fills an array of descriptors.
+struct DescriptorArray {
+  std::vector<BackendDescriptor> owned;
+  std::vector<cudnnBackendDescriptor_t> raw;
+};
+absl::StatusOr<DescriptorArray> MakeDescriptors(cudnnBackendDescriptorType_t type,
+                                                int64_t count) {
+  DescriptorArray array;
+  for (int64_t i = 0; i < count; ++i) {
+    ASSIGN_OR_RETURN(BackendDescriptor descriptor, BackendDescriptor::Create(type));
+    array.raw.push_back(descriptor.get());
+    array.owned.push_back(std::move(descriptor));
+  }
+  return array;
+}
+
 // Engine configs from one heuristics mode, best first.
 absl::StatusOr<std::vector<BackendDescriptor>> QueryHeuristics(const BackendDescriptor& graph,
                                                                cudnnBackendHeurMode_t mode) {
@@ -24,22 +41,16 @@ absl::StatusOr<std::vector<BackendDescriptor>> QueryHeuristics(const BackendDesc
   CUDNN_RETURN_IF_ERROR(cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
                                                  CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count,
                                                  nullptr));
-  std::vector<BackendDescriptor> configs;
-  std::vector<cudnnBackendDescriptor_t> raw;
-  for (int64_t i = 0; i < count; ++i) {
-    ASSIGN_OR_RETURN(BackendDescriptor config,
-                     BackendDescriptor::Create(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR));
-    raw.push_back(config.get());
-    configs.push_back(std::move(config));
-  }
+  ASSIGN_OR_RETURN(DescriptorArray configs,
+                   MakeDescriptors(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, count));
   int64_t returned = 0;
   if (count > 0) {
     CUDNN_RETURN_IF_ERROR(cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
                                                    CUDNN_TYPE_BACKEND_DESCRIPTOR, count,
-                                                   &returned, raw.data()));
+                                                   &returned, configs.raw.data()));
   }
-  configs.resize(std::min<int64_t>(returned, count));
-  return configs;
+  configs.owned.resize(std::min<int64_t>(returned, count));
+  return std::move(configs.owned);
 }
 
 struct EngineInfo {
@@ -73,25 +84,19 @@ absl::StatusOr<EngineInfo> DescribeConfig(const BackendDescriptor& config, Layer
   info.runtime_compiled = std::find(behavior.begin(), behavior.end(),
                                     CUDNN_BEHAVIOR_NOTE_RUNTIME_COMPILATION) != behavior.end();
 
-  std::vector<BackendDescriptor> choices;
-  std::vector<cudnnBackendDescriptor_t> raw_choices;
-  for (int64_t i = 0; i < kMaxKnobs; ++i) {
-    ASSIGN_OR_RETURN(BackendDescriptor choice,
-                     BackendDescriptor::Create(CUDNN_BACKEND_KNOB_CHOICE_DESCRIPTOR));
-    raw_choices.push_back(choice.get());
-    choices.push_back(std::move(choice));
-  }
+  ASSIGN_OR_RETURN(DescriptorArray choices,
+                   MakeDescriptors(CUDNN_BACKEND_KNOB_CHOICE_DESCRIPTOR, kMaxKnobs));
   CUDNN_RETURN_IF_ERROR(cudnnBackendGetAttribute(config.get(), CUDNN_ATTR_ENGINECFG_KNOB_CHOICES,
                                                  CUDNN_TYPE_BACKEND_DESCRIPTOR, kMaxKnobs, &count,
-                                                 raw_choices.data()));
+                                                 choices.raw.data()));
   for (int64_t i = 0; i < std::min(count, kMaxKnobs); ++i) {
     cudnnBackendKnobType_t type;
     int64_t value = 0, n = 0;
-    CUDNN_RETURN_IF_ERROR(cudnnBackendGetAttribute(choices[i].get(),
+    CUDNN_RETURN_IF_ERROR(cudnnBackendGetAttribute(choices.raw[i],
                                                    CUDNN_ATTR_KNOB_CHOICE_KNOB_TYPE,
                                                    CUDNN_TYPE_KNOB_TYPE, 1, &n, &type));
     CUDNN_RETURN_IF_ERROR(cudnnBackendGetAttribute(
-        choices[i].get(), CUDNN_ATTR_KNOB_CHOICE_KNOB_VALUE, CUDNN_TYPE_INT64, 1, &n, &value));
+        choices.raw[i], CUDNN_ATTR_KNOB_CHOICE_KNOB_VALUE, CUDNN_TYPE_INT64, 1, &n, &value));
     info.id.knobs.emplace_back(static_cast<int64_t>(type), value);
   }
   std::sort(info.id.knobs.begin(), info.id.knobs.end());
@@ -134,7 +139,136 @@ std::vector<cudnnBackendHeurMode_t> HeuristicModes(EngineSearch search) {
   return {CUDNN_HEUR_MODE_FALLBACK};
 }
 
+// Knob types cuDNN's header marks deprecated (split-K, texture loads, ...):
+// left as the heuristics set them. The texture knob's other setting made a
+// float32 stem plan that ran but could not be captured into a CUDA graph
+// (H100, cuDNN 9.14).
+bool DeprecatedKnob(int64_t type) {
+  switch (type) {
+    // SPLIT_K, USE_TEX, KBLOCK, LDGA, LDGB, CHUNK_K, SPLIT_H, WINO_TILE,
+    // CTA_SPLIT_K_MODE, SLICED, SPLIT_RS, SINGLEBUFFER, LDGC, TILE_CGA,
+    // NUM_C_PER_BLOCK (named by number: the names warn as deprecated).
+    case 0: case 3: case 5: case 6: case 7: case 8: case 9: case 10: case 16: case 19:
+    case 20: case 21: case 22: case 26: case 32:
+      return true;
+    default:
+      return false;
+  }
+}
+
+struct KnobRange {
+  int64_t type = 0;
+  int64_t min = 0;
+  int64_t max = 0;
+  int64_t stride = 1;
+};
+
+// The knobs cuDNN lists for `engine_index` on `graph`.
+absl::StatusOr<std::vector<KnobRange>> EngineKnobs(const ConvOperationGraph& graph,
+                                                   int64_t engine_index) {
+  ASSIGN_OR_RETURN(BackendDescriptor engine,
+                   BackendDescriptor::Create(CUDNN_BACKEND_ENGINE_DESCRIPTOR));
+  RETURN_IF_ERROR(engine.SetDescriptor(CUDNN_ATTR_ENGINE_OPERATION_GRAPH, graph.graph));
+  RETURN_IF_ERROR(engine.SetInt64(CUDNN_ATTR_ENGINE_GLOBAL_INDEX, engine_index));
+  RETURN_IF_ERROR(engine.Finalize());
+  ASSIGN_OR_RETURN(DescriptorArray infos,
+                   MakeDescriptors(CUDNN_BACKEND_KNOB_INFO_DESCRIPTOR, kMaxKnobs));
+  int64_t count = 0;
+  CUDNN_RETURN_IF_ERROR(cudnnBackendGetAttribute(engine.get(), CUDNN_ATTR_ENGINE_KNOB_INFO,
+                                                 CUDNN_TYPE_BACKEND_DESCRIPTOR, kMaxKnobs,
+                                                 &count, infos.raw.data()));
+  std::vector<KnobRange> knobs;
+  for (int64_t i = 0; i < std::min(count, kMaxKnobs); ++i) {
+    KnobRange knob;
+    cudnnBackendKnobType_t type;
+    int64_t n = 0;
+    CUDNN_RETURN_IF_ERROR(cudnnBackendGetAttribute(infos.raw[i], CUDNN_ATTR_KNOB_INFO_TYPE,
+                                                   CUDNN_TYPE_KNOB_TYPE, 1, &n, &type));
+    knob.type = static_cast<int64_t>(type);
+    CUDNN_RETURN_IF_ERROR(cudnnBackendGetAttribute(
+        infos.raw[i], CUDNN_ATTR_KNOB_INFO_MINIMUM_VALUE, CUDNN_TYPE_INT64, 1, &n, &knob.min));
+    CUDNN_RETURN_IF_ERROR(cudnnBackendGetAttribute(
+        infos.raw[i], CUDNN_ATTR_KNOB_INFO_MAXIMUM_VALUE, CUDNN_TYPE_INT64, 1, &n, &knob.max));
+    CUDNN_RETURN_IF_ERROR(cudnnBackendGetAttribute(
+        infos.raw[i], CUDNN_ATTR_KNOB_INFO_STRIDE, CUDNN_TYPE_INT64, 1, &n, &knob.stride));
+    if (knob.stride < 1) knob.stride = 1;
+    if (knob.max > knob.min && !DeprecatedKnob(knob.type)) knobs.push_back(knob);
+  }
+  return knobs;
+}
+
+// `knob`'s legal values other than `current`, nearest first, at most
+// kKnobValuesPerSide on each side.
+std::vector<int64_t> NearestValues(const KnobRange& knob, int64_t current) {
+  // Snap the centre onto the knob's grid.
+  const int64_t steps = (std::clamp(current, knob.min, knob.max) - knob.min) / knob.stride;
+  const int64_t last = (knob.max - knob.min) / knob.stride;
+  std::vector<int64_t> values;
+  for (int64_t d = 1; d <= kKnobValuesPerSide; ++d) {
+    for (int64_t step : {steps - d, steps + d}) {
+      if (step < 0 || step > last) continue;
+      const int64_t value = knob.min + step * knob.stride;
+      if (value != current) values.push_back(value);
+    }
+  }
+  if (current != knob.min + steps * knob.stride) {
+    values.insert(values.begin(), knob.min + steps * knob.stride);
+  }
+  return values;
+}
+
 }  // namespace
+
+absl::StatusOr<CandidateSet> FindKnobNeighbours(std::shared_ptr<const ConvOperationGraph> graph,
+                                                const ConvLayerProblem& problem,
+                                                const EngineConfigId& center,
+                                                const std::vector<EngineConfigId>& exclude,
+                                                int max, const EngineSelection& selection,
+                                                const CudnnTarget& target) {
+  CandidateSet set;
+  set.graph = std::move(graph);
+  ASSIGN_OR_RETURN(std::vector<KnobRange> knobs, EngineKnobs(*set.graph, center.engine));
+  // Per knob, the configurations moving it, nearest value first.
+  std::vector<std::vector<EngineConfigId>> moves;
+  for (const KnobRange& knob : knobs) {
+    const auto it = std::find_if(center.knobs.begin(), center.knobs.end(),
+                                 [&](const auto& k) { return k.first == knob.type; });
+    const int64_t current = it != center.knobs.end() ? it->second : knob.min;
+    std::vector<EngineConfigId>& ids = moves.emplace_back();
+    for (int64_t value : NearestValues(knob, current)) {
+      EngineConfigId id = center;
+      if (it != center.knobs.end()) {
+        id.knobs[it - center.knobs.begin()].second = value;
+      } else {
+        id.knobs.emplace_back(knob.type, value);
+        std::sort(id.knobs.begin(), id.knobs.end());
+      }
+      ids.push_back(std::move(id));
+    }
+  }
+  for (size_t rank = 0; static_cast<int>(set.candidates.size()) < max; ++rank) {
+    bool any = false;
+    for (const std::vector<EngineConfigId>& ids : moves) {
+      if (rank >= ids.size() || static_cast<int>(set.candidates.size()) >= max) continue;
+      any = true;
+      const EngineConfigId& id = ids[rank];
+      if (std::find(exclude.begin(), exclude.end(), id) != exclude.end()) continue;
+      absl::StatusOr<EngineCandidate> candidate = RebuildEngineCandidate(*set.graph, id);
+      if (!candidate.ok()) continue;  // cuDNN does not build this setting here
+      absl::StatusOr<EngineInfo> info = DescribeConfig(candidate->config, id.path);
+      if (!info.ok()) continue;
+      const std::string why = Rejection(*info, problem, selection, target);
+      if (!why.empty()) {
+        set.skipped.push_back(absl::StrCat(id.ToString(), ": ", why));
+        continue;
+      }
+      candidate->runtime_compiled = info->runtime_compiled;
+      set.candidates.push_back(*std::move(candidate));
+    }
+    if (!any) break;
+  }
+  return set;
+}
 
 absl::StatusOr<CandidateSet> FindEngineCandidates(cudnnHandle_t handle,
                                                   const ConvLayerProblem& problem, LayerPath path,

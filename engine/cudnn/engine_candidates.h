@@ -45,6 +45,24 @@ absl::StatusOr<CandidateSet> FindEngineCandidates(cudnnHandle_t handle,
                                                   const EngineSelection& selection,
                                                   const CudnnTarget& target);
 
+// Autotune's knob search: configurations of `center`'s engine that differ
+// from `center` in one knob's setting. Every knob cuDNN lists for the engine
+// on this graph (CUDNN_ATTR_ENGINE_KNOB_INFO) but those the header marks
+// deprecated; a knob `center` leaves unset is set. Its legal values nearest the
+// centre's first (at most kKnobValuesPerSide each side), taken in turn
+// across the knobs so a small `max` still moves each knob; none in
+// `exclude`, none the selection's filters or the errata reject (listed in
+// `skipped`), none cuDNN refuses to build. At most `max`; heuristics offer a
+// few settings of an engine, and a faster one for the layer is often a
+// neighbour of the best they offer.
+inline constexpr int kKnobValuesPerSide = 3;
+absl::StatusOr<CandidateSet> FindKnobNeighbours(std::shared_ptr<const ConvOperationGraph> graph,
+                                                const ConvLayerProblem& problem,
+                                                const EngineConfigId& center,
+                                                const std::vector<EngineConfigId>& exclude,
+                                                int max, const EngineSelection& selection,
+                                                const CudnnTarget& target);
+
 // The configuration `id` on `graph`, rebuilt from the engine's global index
 // and the knob settings. An error when cuDNN does not support it there.
 absl::StatusOr<EngineCandidate> RebuildEngineCandidate(const ConvOperationGraph& graph,

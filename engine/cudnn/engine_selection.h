@@ -39,6 +39,11 @@ struct EngineSelection {
   std::shared_ptr<const CudnnErrata> errata;
   // kAutotune: candidates timed per path.
   int autotune_candidates = 12;
+  // kAutotune: after the heuristics' candidates, settings of the winner's
+  // engine one knob away from the winner's (FindKnobNeighbours) timed the
+  // same way, around each new winner in turn, at most this many per layer.
+  // 0: the heuristics' settings only.
+  int autotune_knob_candidates = 16;
   // kAutotune: timed samples (of 8 back-to-back runs) per candidate, after
   // one warm-up run.
   int autotune_iterations = 5;

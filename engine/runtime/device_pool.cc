@@ -289,7 +289,8 @@ std::string PolicyName(const EngineSelection& s) {
                       s.strict_float32 ? "/strict" : "/tf32", s.direct_kernels ? "/direct" : "",
                       "/ws", s.max_workspace_bytes,
                       s.search == EngineSearch::kAutotune
-                          ? absl::StrCat("/n", s.autotune_candidates)
+                          ? absl::StrCat("/n", s.autotune_candidates, "/k",
+                                         s.autotune_knob_candidates)
                           : "",
                       s.blocklist.empty() ? "" : absl::StrCat("/blocked", s.blocklist.size()));
 }

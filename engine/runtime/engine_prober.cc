@@ -1,5 +1,7 @@
 #include "engine/runtime/engine_prober.h"
 
+#include <algorithm>
+
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -291,7 +293,16 @@ absl::StatusOr<SearchReport> EngineProber::Search(const ConvLayerProblem& proble
         absl::StatusOr<CandidateResult> result = ParseResultLine(*line);
         if (!result.ok()) return protocol_error(result.status().message());
         if (absl::StartsWith(result->detail, "quarantined")) ++vetoed_;
-        report.results.push_back(*std::move(result));
+        // A candidate timed again (autotune's final) is reported again: the
+        // later figure replaces the earlier.
+        const auto same = std::find_if(
+            report.results.begin(), report.results.end(),
+            [&](const CandidateResult& r) { return r.ok && r.id == result->id; });
+        if (result->ok && same != report.results.end()) {
+          *same = *std::move(result);
+        } else {
+          report.results.push_back(*std::move(result));
+        }
         in_flight.reset();
       } else if (kind == "SKIPPED") {
         report.skipped.push_back(UnescapeLine(rest));

@@ -24,6 +24,7 @@ std::vector<std::string> ProberArguments(const ProberLaunch& launch) {
       absl::StrCat("--max_workspace_bytes=", s.max_workspace_bytes),
       absl::StrCat("--autotune_candidates=", s.autotune_candidates),
       absl::StrCat("--autotune_iterations=", s.autotune_iterations),
+      absl::StrCat("--autotune_knob_candidates=", s.autotune_knob_candidates),
       absl::StrCat("--engine_blocklist_ids=", absl::StrJoin(blocked, ",")),
       absl::StrCat("--cudnn_errata=", launch.errata_file),
       absl::StrCat("--plan_cache_dir=", launch.store_directory),

@@ -7,6 +7,8 @@
 //   server -> prober:                SEARCH <ConvLayerProblem::Encode()>
 //   prober -> server, per candidate: TRY <id>            (before it touches the GPU)
 //                                    RESULT <id> ok|rejected <ms> <workspace> <detail>
+//   prober -> server, autotune's final: RESULT <id> ok <ms> ...  (a passed candidate timed
+//                                    again: its new time replaces the earlier)
 //   prober -> server, then:          SKIPPED <text>      (filtered before running)
 //                                    DONE | ERROR <status code number> <message>
 //   prober -> server, context lost:  FAULT <id or -> candidate|hardware <error>, then it exits

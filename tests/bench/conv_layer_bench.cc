@@ -37,6 +37,8 @@
 ABSL_FLAG(std::string, shapes, "tests/bench/conv_shapes.csv", "shape list");
 ABSL_FLAG(std::string, batches, "1,32", "batch sizes");
 ABSL_FLAG(std::string, engine_selection, "heuristic", "heuristic, heuristic_b, fallback, autotune");
+ABSL_FLAG(int, autotune_knob_candidates, 16,
+          "autotune: knob-search candidates per layer (the server's default; 0: off)");
 ABSL_FLAG(int, samples, 15, "timed samples per layer");
 ABSL_FLAG(int, runs_per_sample, 20, "back-to-back runs per sample");
 ABSL_FLAG(bool, graph_replay, true,
@@ -146,6 +148,7 @@ int Run() {
     return 2;
   }
   options.selection.search = *search;
+  options.selection.autotune_knob_candidates = absl::GetFlag(FLAGS_autotune_knob_candidates);
   absl::StatusOr<std::unique_ptr<CudnnBackend>> backend = CudnnBackend::Create(options);
   if (!backend.ok()) {
     std::fprintf(stderr, "conv_layer_bench: %s\n", backend.status().ToString().c_str());
@@ -168,7 +171,7 @@ int Run() {
               "ours_graph_ms = the same plan captured by this benchmark into a CUDA graph, one "
               "replay per run\n",
               absl::GetFlag(FLAGS_runs_per_sample), absl::GetFlag(FLAGS_samples));
-  std::printf("name,batch,dtype,layout,selection,path,engine,ours_ms,ours_graph_ms\n");
+  std::printf("name,batch,dtype,layout,selection,path,engine,ours_ms,ours_graph_ms,config\n");
   std::mt19937_64 rng(1);
   const struct {
     DType dtype;
@@ -233,10 +236,10 @@ int Run() {
           }
         }
         const ConvLayerPlan& plan = executable->plans()[0];
-        std::printf("%s,%ld,%s,%s,%s,%s,%ld,%.5f,%.5f\n", shape.name.c_str(), batch,
+        std::printf("%s,%ld,%s,%s,%s,%s,%ld,%.5f,%.5f,\"%s\"\n", shape.name.c_str(), batch,
                     DTypeName(variant.dtype), LayoutName(variant.layout),
                     absl::GetFlag(FLAGS_engine_selection).c_str(), LayerPathName(plan.path()),
-                    plan.engine_index(), Median(*times), graph_ms);
+                    plan.engine_index(), Median(*times), graph_ms, plan.id().ToString().c_str());
         std::fflush(stdout);
       }
     }

@@ -46,6 +46,8 @@ ABSL_FLAG(std::string, engine_selection, "autotune",
           "heuristic, heuristic_b, fallback or autotune (the server's default is autotune)");
 ABSL_FLAG(std::string, prober_binary, "",
           "convserve-prober for engine searches, as the server runs them; empty: in this process");
+ABSL_FLAG(int, autotune_knob_candidates, 16,
+          "autotune: knob-search candidates per layer (the server's default; 0: off)");
 ABSL_FLAG(int, device, 0, "CUDA device ordinal");
 ABSL_FLAG(int, warmup, 50, "untimed requests per stack and batch (the first builds plans)");
 ABSL_FLAG(int, requests, 500, "timed requests per stack and batch");
@@ -145,6 +147,7 @@ int Run() {
   // finds the GPU idle, as the PyTorch peer's single replays do.
   options.workers_per_device = 1;
   options.selection.search = *search;
+  options.selection.autotune_knob_candidates = absl::GetFlag(FLAGS_autotune_knob_candidates);
   options.prober_binary = absl::GetFlag(FLAGS_prober_binary);
   absl::StatusOr<std::unique_ptr<DevicePool>> pool = DevicePool::Create(options);
   if (!pool.ok()) {

@@ -30,6 +30,7 @@
 #include "engine/cudnn/device_weights.h"
 #include "engine/cudnn/direct_conv.h"
 #include "gtest/gtest.h"
+#include "tests/test_util/cudnn_device_test.h"
 #include "tests/test_util/naive_conv.h"
 #include "tests/test_util/random_tensor.h"
 
@@ -175,27 +176,8 @@ std::vector<DepthwiseCase> BenchmarkCases() {
   return cases;
 }
 
-uint64_t EnvOr(const char* name, uint64_t fallback) {
-  const char* value = std::getenv(name);
-  return value != nullptr && *value != '\0' ? std::strtoull(value, nullptr, 10) : fallback;
-}
-
-class DirectConvTest : public ::testing::Test {
+class DirectConvTest : public CudnnDeviceTest {
  protected:
-  void SetUp() override {
-    if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device";
-    ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
-    absl::StatusOr<CudnnVersions> versions = CheckCudnnRuntime(0);
-    ASSERT_TRUE(versions.ok()) << versions.status();
-    target_ = versions->target();
-    absl::StatusOr<CudaStream> stream = CudaStream::Create();
-    ASSERT_TRUE(stream.ok()) << stream.status();
-    stream_ = *std::move(stream);
-    absl::StatusOr<CudnnHandle> handle = CudnnHandle::Create(stream_.get());
-    ASSERT_TRUE(handle.ok()) << handle.status();
-    handle_ = *std::move(handle);
-  }
-
   // Runs every direct configuration of `c` and checks each output; returns
   // the largest relative L2 error.
   double CheckCase(const DepthwiseCase& c, std::mt19937_64* rng) {
@@ -259,9 +241,6 @@ class DirectConvTest : public ::testing::Test {
     return worst;
   }
 
-  CudnnTarget target_;
-  CudaStream stream_;
-  CudnnHandle handle_;
 };
 
 TEST_F(DirectConvTest, RandomDepthwiseLayersMatchTheReference) {

@@ -95,6 +95,17 @@ TEST_F(EngineProberTest, SearchComesBackRankedBySpeed) {
   EXPECT_EQ(prober->stats().searches, 2);
 }
 
+// Autotune's final times the fastest few again and reports them again: the
+// later figure replaces the earlier, and no candidate is listed twice.
+TEST_F(EngineProberTest, ACandidateTimedAgainTakesItsNewTime) {
+  std::unique_ptr<EngineProber> prober = Prober({"--retime=fused:e1:k2=3"});
+  absl::StatusOr<SearchReport> report = prober->Search(Problem());
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_EQ(report->results.size(), 3u);
+  EXPECT_EQ(Ids(report->Ranked()),
+            (std::vector<std::string>{"fused:e1:k2=3", "unfused:e3:", "fused:e2:"}));
+}
+
 TEST_F(EngineProberTest, WhatALibraryPrintsOnStdoutIsNotTakenForTheProtocol) {
   std::unique_ptr<EngineProber> prober = Prober({"--stray_stdout"});
   for (int i = 0; i < 2; ++i) {

@@ -1,0 +1,375 @@
+// Autotune's knob search (FindKnobNeighbours in engine_candidates.h): after
+// the heuristics' candidates, settings of the winner's engine one knob away
+// from it are probed and timed like any candidate, around each new winner.
+// On seeded random dense layers (every dtype and layout, odd channel counts
+// and sizes, 1x1 to 5x5, strides 1 and 2) and three of the benchmark's
+// shapes:
+// - the search runs knob-search candidates within the budget, each one knob
+//   away from a configuration tried before it, on the same engine and path;
+// - every one that passed, rebuilt by name, matches the float64 reference
+//   (output filled with NaN first, guard bytes after it), as does the winner;
+// - with the budget at 0 none runs;
+// - one named for reproduction (SearchOptions::only) runs alone, though no
+//   heuristics list offers it.
+// Skips without a GPU. CONVSERVE_KNOB_SEED and CONVSERVE_KNOB_CASES change
+// the random layers.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "engine/cudnn/candidate_search.h"
+#include "engine/cudnn/cuda_resources.h"
+#include "engine/cudnn/cudnn_backend.h"
+#include "engine/cudnn/device_weights.h"
+#include "gtest/gtest.h"
+#include "tests/test_util/cudnn_device_test.h"
+#include "tests/test_util/naive_conv.h"
+#include "tests/test_util/random_tensor.h"
+
+namespace convserve {
+namespace {
+
+// Relative L2 against the float64 reference rounded to the dtype: float32
+// convs may run on TF32 tensor cores (the default, as in PyTorch).
+double Bound(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32:
+      return 2e-3;
+    case DType::kFloat16:
+      return 1e-2;
+    case DType::kBFloat16:
+      return 2e-2;
+  }
+  return 0;
+}
+
+constexpr size_t kGuardBytes = 256;
+constexpr uint8_t kFill = 0xFF;  // NaN in every dtype
+constexpr int kKnobBudget = 8;
+
+struct DenseCase {
+  DType dtype = DType::kFloat32;
+  bool channels_last = false;
+  int64_t batch = 1, channels = 1, out_channels = 1, height = 1, width = 1;
+  int64_t kernel = 1, stride = 1;
+  bool bias = true;
+
+  std::string Describe() const {
+    return absl::StrCat(DTypeName(dtype), channels_last ? " NHWC" : " NCHW", " x[", batch, ",",
+                        channels, ",", height, ",", width, "] ", kernel, "x", kernel, "/", stride,
+                        " -> ", out_channels, bias ? " +bias" : "", " relu");
+  }
+};
+
+DenseCase DrawCase(std::mt19937_64* rng) {
+  const auto pick = [&](int64_t lo, int64_t hi) {
+    return lo + static_cast<int64_t>((*rng)() % static_cast<uint64_t>(hi - lo + 1));
+  };
+  DenseCase c;
+  const DType dtypes[] = {DType::kFloat32, DType::kFloat16, DType::kBFloat16};
+  c.dtype = dtypes[pick(0, 2)];
+  c.channels_last = pick(0, 1) == 1;
+  c.batch = pick(1, 3);
+  // Tensor-core engines want channel counts in multiples of 8 (16-bit) or 4;
+  // odd ones take the other engines, so both kinds are drawn.
+  c.channels = pick(0, 1) == 1 ? 8 * pick(1, 12) : pick(3, 70);
+  c.out_channels = pick(0, 1) == 1 ? 8 * pick(1, 12) : pick(5, 90);
+  c.height = pick(5, 29);
+  c.width = pick(5, 29);
+  const int64_t kernels[] = {1, 3, 5};
+  c.kernel = kernels[pick(0, 2)];
+  c.stride = pick(1, 2);
+  c.bias = pick(0, 3) != 0;
+  return c;
+}
+
+std::vector<DenseCase> BenchmarkCases() {
+  DenseCase a;  // resnet50_7_3x3_512_512, float32, N=1
+  a.channels = a.out_channels = 512;
+  a.height = a.width = 7;
+  a.kernel = 3;
+  DenseCase b;  // resnet50_downsample_1x1s2_256_512, float16 NHWC, N=1
+  b.dtype = DType::kFloat16;
+  b.channels_last = true;
+  b.channels = 256;
+  b.out_channels = 512;
+  b.height = b.width = 56;
+  b.stride = 2;
+  DenseCase c;  // resnet50_56_3x3_64_64, float16 NHWC, N=1
+  c.dtype = DType::kFloat16;
+  c.channels_last = true;
+  c.channels = c.out_channels = 64;
+  c.height = c.width = 56;
+  c.kernel = 3;
+  return {a, b, c};
+}
+
+absl::StatusOr<std::shared_ptr<const Graph>> MakeGraph(const DenseCase& c, std::mt19937_64* rng) {
+  GraphSpec spec;
+  spec.name = "dense";
+  spec.dtype = c.dtype;
+  spec.layout = c.channels_last ? Layout::kNHWC : Layout::kNCHW;
+  spec.input_channels = c.channels;
+  ConvLayerSpec layer;
+  layer.out_channels = c.out_channels;
+  layer.kernel_size = {c.kernel, c.kernel};
+  layer.stride = {c.stride, c.stride};
+  layer.pad_before = {c.kernel / 2, c.kernel / 2};
+  layer.pad_after = {c.kernel / 2, c.kernel / 2};
+  const int64_t fan_in = c.channels * c.kernel * c.kernel;
+  layer.weights =
+      RandomTensor(c.dtype, c.out_channels * fan_in, std::sqrt(3.0f / fan_in), rng);
+  if (c.bias) layer.bias = RandomTensor(c.dtype, c.out_channels, 0.5f, rng);
+  layer.activation.kind = ActivationKind::kRelu;
+  spec.layers.push_back(std::move(layer));
+  return Graph::Create(std::move(spec));
+}
+
+// Same path and engine, and exactly one knob with another value, or set in
+// one and left unset (cuDNN's default) in the other.
+bool OneKnobApart(const EngineConfigId& a, const EngineConfigId& b) {
+  if (a.path != b.path || a.engine != b.engine) return false;
+  std::map<int64_t, std::pair<std::optional<int64_t>, std::optional<int64_t>>> knobs;
+  for (const auto& [type, value] : a.knobs) knobs[type].first = value;
+  for (const auto& [type, value] : b.knobs) knobs[type].second = value;
+  int differ = 0;
+  for (const auto& [type, values] : knobs) differ += values.first != values.second;
+  return differ == 1;
+}
+
+class KnobSearchTest : public CudnnDeviceTest {
+ protected:
+  static EngineSelection Autotune(int knob_budget) {
+    EngineSelection selection;
+    selection.search = EngineSearch::kAutotune;
+    selection.autotune_candidates = 4;
+    selection.autotune_iterations = 3;
+    selection.autotune_knob_candidates = knob_budget;
+    return selection;
+  }
+
+  // One layer: its graph, problem, input and float64 reference.
+  struct Layer {
+    std::shared_ptr<const Graph> graph;
+    ConvLayerProblem problem;
+    Shape input_shape;
+    std::string input;
+    std::vector<double> expected;
+    size_t output_bytes = 0;
+  };
+
+  Layer MakeLayer(const DenseCase& c, std::mt19937_64* rng) {
+    Layer layer;
+    absl::StatusOr<std::shared_ptr<const Graph>> graph = MakeGraph(c, rng);
+    EXPECT_TRUE(graph.ok()) << c.Describe() << ": " << graph.status();
+    if (!graph.ok()) return layer;
+    layer.graph = *graph;
+    layer.input_shape = {c.batch, c.channels, c.height, c.width};
+    absl::StatusOr<std::vector<Shape>> outputs = layer.graph->InferShapes(layer.input_shape);
+    EXPECT_TRUE(outputs.ok()) << outputs.status();
+    if (!outputs.ok()) return layer;
+    layer.problem = MakeLayerProblems(*layer.graph, layer.input_shape, *outputs)[0];
+    layer.input = RandomTensor(c.dtype, NumElements(layer.input_shape), 1.0f, rng);
+    Shape output_shape;
+    layer.expected = NaiveForward(*layer.graph, layer.input_shape, layer.input, &output_shape);
+    layer.output_bytes = NumElements(output_shape) * DTypeSize(c.dtype);
+    return layer;
+  }
+
+  // Rebuilds `id` by name, runs it into a NaN-filled output with guard bytes
+  // after it, and returns its relative L2 error (infinity on any failure).
+  double RunAgainstReference(const Layer& layer, ConvLayerPlanner& planner,
+                             const EngineConfigId& id) {
+    SCOPED_TRACE(absl::StrCat(layer.problem.Describe(), " ", id.ToString()));
+    absl::StatusOr<ConvLayerPlan> plan = planner.BuildConfig(layer.problem, id);
+    EXPECT_TRUE(plan.ok()) << plan.status();
+    if (!plan.ok()) return INFINITY;
+    absl::StatusOr<std::unique_ptr<DeviceWeights>> weights =
+        DeviceWeights::Upload(*layer.graph, 0);
+    absl::StatusOr<DeviceBuffer> x = DeviceBuffer::Create(layer.input.size());
+    absl::StatusOr<DeviceBuffer> y = DeviceBuffer::Create(layer.output_bytes + kGuardBytes);
+    absl::StatusOr<DeviceBuffer> workspace =
+        DeviceBuffer::Create(std::max<int64_t>(plan->workspace_bytes(), 256));
+    EXPECT_TRUE(weights.ok() && x.ok() && y.ok() && workspace.ok());
+    if (!weights.ok() || !x.ok() || !y.ok() || !workspace.ok()) return INFINITY;
+    EXPECT_EQ(cudaMemcpy(x->data(), layer.input.data(), layer.input.size(),
+                         cudaMemcpyHostToDevice),
+              cudaSuccess);
+    EXPECT_EQ(cudaMemset(y->data(), kFill, y->bytes()), cudaSuccess);
+    ConvLayerBuffers buffers;
+    buffers.x = x->data();
+    buffers.w = (*weights)->weights(0);
+    buffers.bias = (*weights)->bias(0);
+    buffers.y = y->data();
+    buffers.workspace = workspace->data();
+    absl::Status ran = plan->Bind(layer.problem, buffers);
+    if (ran.ok()) ran = plan->RunBound(handle_.get(), stream_.get(), layer.problem);
+    EXPECT_TRUE(ran.ok()) << ran;
+    EXPECT_EQ(cudaStreamSynchronize(stream_.get()), cudaSuccess);
+    std::string actual(layer.output_bytes + kGuardBytes, '\0');
+    EXPECT_EQ(cudaMemcpy(actual.data(), y->data(), actual.size(), cudaMemcpyDeviceToHost),
+              cudaSuccess);
+    size_t overwritten = 0;
+    for (size_t i = layer.output_bytes; i < actual.size(); ++i) {
+      overwritten += static_cast<uint8_t>(actual[i]) != kFill;
+    }
+    EXPECT_EQ(overwritten, 0u) << "bytes written past the output";
+    actual.resize(layer.output_bytes);
+    const double error =
+        RelativeL2Error(DecodeToDouble(layer.problem.dtype, actual), layer.expected);
+    EXPECT_LE(error, Bound(layer.problem.dtype));
+    return error;
+  }
+
+  // Every configuration the heuristics list for `problem`, on every path.
+  std::vector<EngineConfigId> HeuristicIds(ConvLayerPlanner& planner,
+                                           const ConvLayerProblem& problem) {
+    std::vector<EngineConfigId> ids;
+    for (LayerPath path :
+         {LayerPath::kFused, LayerPath::kUnfused, LayerPath::kUnfusedRounding}) {
+      absl::StatusOr<CandidateSet> set = planner.Candidates(problem, path);
+      if (!set.ok()) continue;
+      for (const EngineCandidate& candidate : set->candidates) ids.push_back(candidate.id);
+    }
+    return ids;
+  }
+
+  // The search for `layer` and the results that came from the knob search:
+  // those on a cuDNN path that no heuristics list offers.
+  struct Search {
+    absl::StatusOr<SearchReport> report;
+    std::vector<size_t> knob_results;
+  };
+  Search RunSearch(const Layer& layer, ConvLayerPlanner& planner,
+                   std::optional<ConvLayerPlan>* best) {
+    const std::vector<EngineConfigId> listed = HeuristicIds(planner, layer.problem);
+    Search search;
+    search.report =
+        SearchEngines(planner, stream_.get(), layer.problem, SearchOptions(), nullptr, best);
+    if (!search.report.ok()) return search;
+    for (size_t r = 0; r < search.report->results.size(); ++r) {
+      const EngineConfigId& id = search.report->results[r].id;
+      if (id.path != LayerPath::kDirect &&
+          std::find(listed.begin(), listed.end(), id) == listed.end()) {
+        search.knob_results.push_back(r);
+      }
+    }
+    return search;
+  }
+};
+
+TEST_F(KnobSearchTest, NeighboursOfTheWinnerRaceAndMatchTheReference) {
+  const uint64_t seed = EnvOr("CONVSERVE_KNOB_SEED", 20261126);
+  const uint64_t count = EnvOr("CONVSERVE_KNOB_CASES", 12);
+  std::mt19937_64 rng(seed);
+  std::vector<DenseCase> cases = BenchmarkCases();
+  for (uint64_t i = 0; i < count; ++i) cases.push_back(DrawCase(&rng));
+  const EngineSelection selection = Autotune(kKnobBudget);
+  int tried = 0, passed = 0, won = 0;
+  std::map<DType, double> worst;
+  for (const DenseCase& c : cases) {
+    SCOPED_TRACE(c.Describe());
+    const Layer layer = MakeLayer(c, &rng);
+    ASSERT_NE(layer.graph, nullptr);
+    ConvLayerPlanner planner(handle_.get(), selection, target_);
+    std::optional<ConvLayerPlan> best;
+    const Search search = RunSearch(layer, planner, &best);
+    ASSERT_TRUE(search.report.ok()) << search.report.status();
+    ASSERT_TRUE(best.has_value());
+    const std::vector<CandidateResult>& results = search.report->results;
+    const int case_tried = static_cast<int>(search.knob_results.size());
+    bool knob_winner = false;
+    for (size_t r : search.knob_results) {
+      const CandidateResult& result = results[r];
+      const bool from_earlier = std::any_of(
+          results.begin(), results.begin() + r,
+          [&](const CandidateResult& before) { return OneKnobApart(before.id, result.id); });
+      EXPECT_TRUE(from_earlier) << result.id.ToString() << " is not one knob from an earlier one";
+      if (!result.ok) continue;
+      ++passed;
+      knob_winner |= result.id == best->id();
+      EXPECT_GT(result.ms, 0);
+      double& w = worst[c.dtype];
+      w = std::max(w, RunAgainstReference(layer, planner, result.id));
+    }
+    EXPECT_LE(case_tried, kKnobBudget);
+    tried += case_tried;
+    won += knob_winner;
+    const double error = RunAgainstReference(layer, planner, best->id());
+    std::printf("%-55s winner %s %.4f ms%s, knob search ran %d; winner relative L2 %.2e\n",
+                c.Describe().c_str(), best->id().ToString().c_str(), best->measured_ms(),
+                knob_winner ? " (from the knob search)" : "", case_tried, error);
+    if (HasFailure()) return;
+  }
+  std::printf("knob search, seed %llu: %zu layers, %d knob-search candidates run, %d passed and "
+              "matched the reference, %d winners from it\n",
+              static_cast<unsigned long long>(seed), cases.size(), tried, passed, won);
+  for (const auto& [dtype, error] : worst) {
+    std::printf("  %s: max relative L2 of the knob-search candidates %.3e (bound %.0e)\n",
+                DTypeName(dtype), error, Bound(dtype));
+  }
+  EXPECT_GT(passed, 0) << "no knob-search candidate ran and passed on any layer";
+}
+
+TEST_F(KnobSearchTest, BudgetZeroRunsOnlyTheHeuristicsLists) {
+  std::mt19937_64 rng(5);
+  const EngineSelection selection = Autotune(0);  // the planner keeps a reference
+  for (const DenseCase& c : BenchmarkCases()) {
+    SCOPED_TRACE(c.Describe());
+    const Layer layer = MakeLayer(c, &rng);
+    ASSERT_NE(layer.graph, nullptr);
+    ConvLayerPlanner planner(handle_.get(), selection, target_);
+    const Search search = RunSearch(layer, planner, nullptr);
+    ASSERT_TRUE(search.report.ok()) << search.report.status();
+    for (size_t r : search.knob_results) {
+      ADD_FAILURE() << search.report->results[r].id.ToString() << " is in no heuristics list";
+    }
+  }
+}
+
+TEST_F(KnobSearchTest, AKnobSearchCandidateNamedForReproductionRunsAlone) {
+  std::mt19937_64 rng(9);
+  const EngineSelection selection = Autotune(kKnobBudget);
+  for (const DenseCase& c : BenchmarkCases()) {
+    SCOPED_TRACE(c.Describe());
+    const Layer layer = MakeLayer(c, &rng);
+    ASSERT_NE(layer.graph, nullptr);
+    ConvLayerPlanner planner(handle_.get(), selection, target_);
+    const Search search = RunSearch(layer, planner, nullptr);
+    ASSERT_TRUE(search.report.ok()) << search.report.status();
+    std::optional<EngineConfigId> neighbour;
+    for (size_t r : search.knob_results) {
+      if (search.report->results[r].ok) {
+        neighbour = search.report->results[r].id;
+        break;
+      }
+    }
+    if (!neighbour.has_value()) continue;
+    SearchOptions only;
+    only.only = neighbour->ToString();
+    std::optional<ConvLayerPlan> best;
+    absl::StatusOr<SearchReport> alone =
+        SearchEngines(planner, stream_.get(), layer.problem, only, nullptr, &best);
+    ASSERT_TRUE(alone.ok()) << alone.status();
+    ASSERT_EQ(alone->results.size(), 1u);
+    EXPECT_EQ(alone->results[0].id, *neighbour);
+    EXPECT_TRUE(alone->results[0].ok) << alone->results[0].detail;
+    ASSERT_TRUE(best.has_value());
+    EXPECT_EQ(best->id(), *neighbour);
+    std::printf("%-55s ran %s alone by name\n", c.Describe().c_str(),
+                neighbour->ToString().c_str());
+    return;
+  }
+  ADD_FAILURE() << "no benchmark layer had a passing knob-search candidate to name";
+}
+
+}  // namespace
+}  // namespace convserve
