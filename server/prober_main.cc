@@ -216,6 +216,7 @@ int Run() {
       continue;
     }
     for (const std::string& skipped : report->skipped) Say("SKIPPED " + EscapeLine(skipped));
+    if (report->chosen.has_value()) Say("CHOSEN " + report->chosen->ToString());
     Say(report->timed ? "DONE timed" : "DONE untimed");
   }
   std::free(raw_line);

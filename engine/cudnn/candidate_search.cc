@@ -372,6 +372,7 @@ absl::StatusOr<SearchReport> SearchEngines(ConvLayerPlanner& planner, cudaStream
                                                  " under the selection policy: ",
                                                  report.Summary()));
   }
+  report.chosen = kept.front().id();
   if (best != nullptr) *best = std::move(kept.front());
   return report;
 }

@@ -304,6 +304,10 @@ absl::StatusOr<SearchReport> EngineProber::Search(const ConvLayerProblem& proble
           report.results.push_back(*std::move(result));
         }
         in_flight.reset();
+      } else if (kind == "CHOSEN") {
+        absl::StatusOr<EngineConfigId> id = EngineConfigId::Parse(rest);
+        if (!id.ok()) return protocol_error(id.status().message());
+        report.chosen = *id;
       } else if (kind == "SKIPPED") {
         report.skipped.push_back(UnescapeLine(rest));
       } else if (kind == "FAULT") {

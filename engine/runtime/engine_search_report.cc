@@ -20,6 +20,10 @@ std::vector<EngineConfigId> SearchReport::Ranked() const {
   }
   std::vector<EngineConfigId> ids;
   for (const CandidateResult* r : passed) ids.push_back(r->id);
+  if (chosen.has_value()) {
+    const auto it = std::find(ids.begin(), ids.end(), *chosen);
+    if (it != ids.end()) std::rotate(ids.begin(), it, it + 1);
+  }
   return ids;
 }
 

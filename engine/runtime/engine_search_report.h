@@ -6,6 +6,7 @@
 #define CONVSERVE_ENGINE_RUNTIME_ENGINE_SEARCH_REPORT_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -33,8 +34,12 @@ struct SearchReport {
   // "<id>: why" for configurations filtered out before running (selection
   // filters, errata) and paths that had no candidates.
   std::vector<std::string> skipped;
+  // The search's winner, when it named one: autotune's final timing can put
+  // a finalist above a candidate that timed faster once, in its first pass.
+  std::optional<EngineConfigId> chosen;
 
-  // Passing candidates, best first: fastest when timed, else in order.
+  // Passing candidates, best first: `chosen` when set, then the fastest
+  // (AutotuneRankMs) when timed, else in order.
   std::vector<EngineConfigId> Ranked() const;
   // Candidates that faulted, were quarantined or rejected, for errors.
   std::string Summary() const;

@@ -10,6 +10,7 @@
 //   prober -> server, autotune's final: RESULT <id> ok <ms> ...  (a passed candidate timed
 //                                    again: its new time replaces the earlier)
 //   prober -> server, then:          SKIPPED <text>      (filtered before running)
+//                                    CHOSEN <id>         (the search's winner, ranked first)
 //                                    DONE | ERROR <status code number> <message>
 //   prober -> server, context lost:  FAULT <id or -> candidate|hardware <error>, then it exits
 //

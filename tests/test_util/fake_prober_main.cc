@@ -36,6 +36,7 @@ ABSL_FLAG(std::string, hang, "", "hang while running this candidate");
 ABSL_FLAG(std::string, reject, "", "reject this candidate (it wrote outside its output)");
 ABSL_FLAG(bool, fail_start, false, "exit before READY");
 ABSL_FLAG(std::string, tries_log, "", "append each TRY id to this file");
+ABSL_FLAG(std::string, chosen, "", "say CHOSEN with this id before DONE");
 ABSL_FLAG(std::string, retime, "",
           "after the candidates, report this one (it must have passed) again at 0.5 ms, as "
           "autotune's final timing does");
@@ -133,6 +134,7 @@ int Run() {
       Say(FormatResultLine(again));
     }
     Say("SKIPPED " + EscapeLine("fused:e9: errata rule 'x': a test rule"));
+    if (!absl::GetFlag(FLAGS_chosen).empty()) Say("CHOSEN " + absl::GetFlag(FLAGS_chosen));
     Say("DONE timed");
   }
   return 0;

@@ -69,6 +69,11 @@ TEST(AutotuneRoundingTest, RankedAppliesTheMarginAsTheSearchDoes) {
   ids.clear();
   for (const EngineConfigId& id : report.Ranked()) ids.push_back(id.ToString());
   EXPECT_EQ(ids, (std::vector<std::string>{"unfused_rounding:e2:", "fused:e1:", "unfused:e3:k2=1"}));
+  // The search's winner, when it names one, comes first.
+  report.chosen = *EngineConfigId::Parse("unfused:e3:k2=1");
+  ids.clear();
+  for (const EngineConfigId& id : report.Ranked()) ids.push_back(id.ToString());
+  EXPECT_EQ(ids, (std::vector<std::string>{"unfused:e3:k2=1", "unfused_rounding:e2:", "fused:e1:"}));
 }
 
 }  // namespace

@@ -106,6 +106,17 @@ TEST_F(EngineProberTest, ACandidateTimedAgainTakesItsNewTime) {
             (std::vector<std::string>{"fused:e1:k2=3", "unfused:e3:", "fused:e2:"}));
 }
 
+// The search's own winner comes first, though another timed faster once.
+TEST_F(EngineProberTest, TheChosenCandidateIsRankedFirst) {
+  std::unique_ptr<EngineProber> prober = Prober({"--chosen=fused:e2:"});
+  absl::StatusOr<SearchReport> report = prober->Search(Problem());
+  ASSERT_TRUE(report.ok()) << report.status();
+  ASSERT_TRUE(report->chosen.has_value());
+  EXPECT_EQ(report->chosen->ToString(), "fused:e2:");
+  EXPECT_EQ(Ids(report->Ranked()),
+            (std::vector<std::string>{"fused:e2:", "unfused:e3:", "fused:e1:k2=3"}));
+}
+
 TEST_F(EngineProberTest, WhatALibraryPrintsOnStdoutIsNotTakenForTheProtocol) {
   std::unique_ptr<EngineProber> prober = Prober({"--stray_stdout"});
   for (int i = 0; i < 2; ++i) {
