@@ -156,12 +156,6 @@ bool DeprecatedKnob(int64_t type) {
   }
 }
 
-struct KnobRange {
-  int64_t type = 0;
-  int64_t min = 0;
-  int64_t max = 0;
-  int64_t stride = 1;
-};
 
 // The knobs cuDNN lists for `engine_index` on `graph`.
 absl::StatusOr<std::vector<KnobRange>> EngineKnobs(const ConvOperationGraph& graph,
@@ -197,27 +191,28 @@ absl::StatusOr<std::vector<KnobRange>> EngineKnobs(const ConvOperationGraph& gra
   return knobs;
 }
 
-// `knob`'s legal values other than `current`, nearest first, at most
-// kKnobValuesPerSide on each side.
-std::vector<int64_t> NearestValues(const KnobRange& knob, int64_t current) {
-  // Snap the centre onto the knob's grid.
-  const int64_t steps = (std::clamp(current, knob.min, knob.max) - knob.min) / knob.stride;
-  const int64_t last = (knob.max - knob.min) / knob.stride;
+}  // namespace
+
+// Offsets from the minimum are unsigned: a range may span most of int64.
+std::vector<int64_t> NearestKnobValues(const KnobRange& knob, int64_t current) {
+  const uint64_t stride = static_cast<uint64_t>(knob.stride);
+  const auto offset = [&](int64_t value) {
+    return static_cast<uint64_t>(value) - static_cast<uint64_t>(knob.min);
+  };
+  const auto value_at = [&](uint64_t step) {
+    return static_cast<int64_t>(static_cast<uint64_t>(knob.min) + step * stride);
+  };
+  // The centre snapped onto the knob's grid.
+  const uint64_t steps = offset(std::clamp(current, knob.min, knob.max)) / stride;
+  const uint64_t last = offset(knob.max) / stride;
   std::vector<int64_t> values;
-  for (int64_t d = 1; d <= kKnobValuesPerSide; ++d) {
-    for (int64_t step : {steps - d, steps + d}) {
-      if (step < 0 || step > last) continue;
-      const int64_t value = knob.min + step * knob.stride;
-      if (value != current) values.push_back(value);
-    }
-  }
-  if (current != knob.min + steps * knob.stride) {
-    values.insert(values.begin(), knob.min + steps * knob.stride);
+  if (value_at(steps) != current) values.push_back(value_at(steps));
+  for (uint64_t d = 1; d <= static_cast<uint64_t>(kKnobValuesPerSide); ++d) {
+    if (steps >= d) values.push_back(value_at(steps - d));
+    if (last - steps >= d) values.push_back(value_at(steps + d));
   }
   return values;
 }
-
-}  // namespace
 
 absl::StatusOr<CandidateSet> FindKnobNeighbours(std::shared_ptr<const ConvOperationGraph> graph,
                                                 const ConvLayerProblem& problem,
@@ -235,7 +230,7 @@ absl::StatusOr<CandidateSet> FindKnobNeighbours(std::shared_ptr<const ConvOperat
                                  [&](const auto& k) { return k.first == knob.type; });
     const int64_t current = it != center.knobs.end() ? it->second : knob.min;
     std::vector<EngineConfigId>& ids = moves.emplace_back();
-    for (int64_t value : NearestValues(knob, current)) {
+    for (int64_t value : NearestKnobValues(knob, current)) {
       EngineConfigId id = center;
       if (it != center.knobs.end()) {
         id.knobs[it - center.knobs.begin()].second = value;

@@ -56,6 +56,19 @@ absl::StatusOr<CandidateSet> FindEngineCandidates(cudnnHandle_t handle,
 // few settings of an engine, and a faster one for the layer is often a
 // neighbour of the best they offer.
 inline constexpr int kKnobValuesPerSide = 3;
+
+// One knob's range as cuDNN lists it for an engine (CUDNN_ATTR_KNOB_INFO_*):
+// the values min, min + stride, ... up to max.
+struct KnobRange {
+  int64_t type = 0;
+  int64_t min = 0;
+  int64_t max = 0;
+  int64_t stride = 1;
+};
+// `knob`'s legal values other than `current`, nearest first: `current`
+// snapped onto the grid when it lies off it, then one step below, one above,
+// two below, ..., at most kKnobValuesPerSide each side.
+std::vector<int64_t> NearestKnobValues(const KnobRange& knob, int64_t current);
 absl::StatusOr<CandidateSet> FindKnobNeighbours(std::shared_ptr<const ConvOperationGraph> graph,
                                                 const ConvLayerProblem& problem,
                                                 const EngineConfigId& center,
