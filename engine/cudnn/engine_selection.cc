@@ -36,10 +36,6 @@ float AutotuneRankMs(float ms, LayerPath path) {
   return path == LayerPath::kUnfusedRounding ? ms * kRoundingSpeedup : ms;
 }
 
-bool AutotuneReplaces(float ms, LayerPath path, float winner_ms, LayerPath winner_path) {
-  return AutotuneRankMs(ms, path) < AutotuneRankMs(winner_ms, winner_path);
-}
-
 absl::StatusOr<EngineSearch> ParseEngineSearch(const std::string& name) {
   if (name == "heuristic" || name == "heuristic_a") return EngineSearch::kHeuristicInstant;
   if (name == "heuristic_b") return EngineSearch::kHeuristicB;

@@ -82,9 +82,6 @@ bool AutotuneAlsoTries(const ConvLayerProblem& problem, LayerPath path);
 // order by it.
 inline constexpr float kRoundingSpeedup = 1.25f;
 float AutotuneRankMs(float ms, LayerPath path);
-// Whether a passing candidate on `path` timed at `ms` replaces the autotune
-// winner so far (on `winner_path`, timed at `winner_ms`): a lower rank.
-bool AutotuneReplaces(float ms, LayerPath path, float winner_ms, LayerPath winner_path);
 
 // "heuristic" (= heuristic_a), "heuristic_b", "fallback" or "autotune".
 absl::StatusOr<EngineSearch> ParseEngineSearch(const std::string& name);

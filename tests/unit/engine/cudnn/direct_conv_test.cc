@@ -110,8 +110,9 @@ TEST(DirectConvTest, SelectionFiltersTreatTheDirectPathAsOurs) {
     typed.dtype = dtype;
     EXPECT_TRUE(AutotuneAlsoTries(typed, LayerPath::kDirect));
   }
-  EXPECT_TRUE(AutotuneReplaces(0.99f, LayerPath::kDirect, 1.0f, LayerPath::kUnfusedRounding));
-  EXPECT_TRUE(AutotuneReplaces(0.99f, LayerPath::kDirect, 1.0f, LayerPath::kFused));
+  EXPECT_LT(AutotuneRankMs(0.99f, LayerPath::kDirect),
+            AutotuneRankMs(1.0f, LayerPath::kUnfusedRounding));
+  EXPECT_LT(AutotuneRankMs(0.99f, LayerPath::kDirect), AutotuneRankMs(1.0f, LayerPath::kFused));
 }
 
 TEST(DirectConvTest, ErrataRulesMatchTheDirectPathOnlyWhenTheyNameIt) {

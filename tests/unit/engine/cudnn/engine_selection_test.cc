@@ -28,23 +28,29 @@ TEST(AutotuneRoundingTest, OnlyFloat16LayersAlsoTryTheRoundingPath) {
   }
 }
 
+// Whether a candidate on `path` timed at `ms` ranks before one on
+// `other_path` timed at `other_ms` (and so replaces it as the winner).
+bool Outranks(float ms, LayerPath path, float other_ms, LayerPath other_path) {
+  return AutotuneRankMs(ms, path) < AutotuneRankMs(other_ms, other_path);
+}
+
 TEST(AutotuneRoundingTest, TheRoundingPathNeedsTheMarginOverAWinnerThatRoundsOnce) {
   // Faster by less than the margin: the fused winner stays.
-  EXPECT_FALSE(AutotuneReplaces(0.9f, LayerPath::kUnfusedRounding, 1.0f, LayerPath::kFused));
-  EXPECT_FALSE(AutotuneReplaces(1.0f / kRoundingSpeedup, LayerPath::kUnfusedRounding, 1.0f,
-                                LayerPath::kUnfused));
+  EXPECT_FALSE(Outranks(0.9f, LayerPath::kUnfusedRounding, 1.0f, LayerPath::kFused));
+  EXPECT_FALSE(Outranks(1.0f / kRoundingSpeedup, LayerPath::kUnfusedRounding, 1.0f,
+                        LayerPath::kUnfused));
   // Faster by more: it replaces it (the depthwise case: 0.09 against 0.5 ms).
-  EXPECT_TRUE(AutotuneReplaces(0.09f, LayerPath::kUnfusedRounding, 0.5f, LayerPath::kFused));
+  EXPECT_TRUE(Outranks(0.09f, LayerPath::kUnfusedRounding, 0.5f, LayerPath::kFused));
   // Among rounding candidates, and on the other paths, faster is enough.
-  EXPECT_TRUE(AutotuneReplaces(0.08f, LayerPath::kUnfusedRounding, 0.09f,
-                               LayerPath::kUnfusedRounding));
-  EXPECT_TRUE(AutotuneReplaces(0.99f, LayerPath::kUnfused, 1.0f, LayerPath::kFused));
-  EXPECT_FALSE(AutotuneReplaces(1.0f, LayerPath::kFused, 1.0f, LayerPath::kFused));
+  EXPECT_TRUE(Outranks(0.08f, LayerPath::kUnfusedRounding, 0.09f,
+                       LayerPath::kUnfusedRounding));
+  EXPECT_TRUE(Outranks(0.99f, LayerPath::kUnfused, 1.0f, LayerPath::kFused));
+  EXPECT_FALSE(Outranks(1.0f, LayerPath::kFused, 1.0f, LayerPath::kFused));
   // The margin holds whichever comes first: a candidate that rounds once,
   // timed after a rounding winner, takes its place unless the winner is
   // faster by the margin.
-  EXPECT_TRUE(AutotuneReplaces(1.2f, LayerPath::kFused, 1.0f, LayerPath::kUnfusedRounding));
-  EXPECT_FALSE(AutotuneReplaces(1.3f, LayerPath::kDirect, 1.0f, LayerPath::kUnfusedRounding));
+  EXPECT_TRUE(Outranks(1.2f, LayerPath::kFused, 1.0f, LayerPath::kUnfusedRounding));
+  EXPECT_FALSE(Outranks(1.3f, LayerPath::kDirect, 1.0f, LayerPath::kUnfusedRounding));
 }
 
 CandidateResult Passed(const std::string& id, float ms) {
