@@ -182,10 +182,17 @@ class CandidateRunner {
   // The finalists again, `rounds` rounds of one sample each in turn, so
   // drift in clocks or temperature falls on all of them alike; each plan is
   // bound to the buffers again first (the workspace may have grown since it
-  // ran). Returns each one's median.
-  absl::StatusOr<std::vector<float>> Retime(std::vector<ConvLayerPlan>& plans, int rounds) {
+  // ran). The observer hears OnTry for the finalist before each step that
+  // touches the GPU with it, so a fault here is blamed on the plan that ran
+  // (Sample synchronizes); the caller reports every finalist again after.
+  // `fault_for_testing`: the first finalist's first sample launches a
+  // misaligned write instead (SearchOptions::testing_fault_in_final).
+  // Returns each one's median.
+  absl::StatusOr<std::vector<float>> Retime(std::vector<ConvLayerPlan>& plans, int rounds,
+                                            SearchObserver* observer, bool fault_for_testing) {
     std::vector<PlanTimer> timers;
     for (ConvLayerPlan& plan : plans) {
+      observer->OnTry(plan.id());
       RETURN_IF_ERROR(plan.Bind(problem_, buffers_.buffers()));
       ASSIGN_OR_RETURN(PlanTimer timer,
                        PlanTimer::Create(planner_.handle(), stream_, problem_, plan));
@@ -194,6 +201,11 @@ class CandidateRunner {
     std::vector<std::vector<float>> times(plans.size());
     for (int r = 0; r < rounds; ++r) {
       for (size_t i = 0; i < timers.size(); ++i) {
+        observer->OnTry(plans[i].id());
+        if (fault_for_testing && r == 0 && i == 0) {
+          RETURN_IF_ERROR(LaunchMisalignedWriteForTesting(buffers_.buffers().y, stream_));
+          CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+        }
         ASSIGN_OR_RETURN(float ms, timers[i].Sample());
         times[i].push_back(ms);
       }
@@ -345,26 +357,28 @@ absl::StatusOr<SearchReport> SearchEngines(ConvLayerPlanner& planner, cudaStream
     kept.pop_back();
   }
   if (autotune && kept.size() > 1) {
-    absl::StatusOr<std::vector<float>> ms = runner.Retime(kept, kFinalistRounds);
+    absl::StatusOr<std::vector<float>> ms =
+        runner.Retime(kept, kFinalistRounds, observer, options.testing_fault_in_final);
     if (StickyCudaError(ms.status(), stream) != cudaSuccess) return ms.status();
-    if (ms.ok()) {
-      for (size_t i = 0; i < kept.size(); ++i) {
-        kept[i].set_measured_ms((*ms)[i]);
-        // The later figure stands for the candidate (observers replace).
-        for (CandidateResult& result : report.results) {
-          if (result.id != kept[i].id() || !result.ok) continue;
-          result.ms = (*ms)[i];
-          observer->OnResult(result);
-        }
-      }
-      std::stable_sort(kept.begin(), kept.end(), [&](const ConvLayerPlan& a,
-                                                     const ConvLayerPlan& b) {
-        return rank(a) < rank(b);
-      });
-    } else {
+    if (!ms.ok()) {
       spdlog::warn("{}: the finalists were not timed again ({}); keeping the first timing",
                    problem.Describe(), std::string(ms.status().message()));
     }
+    // Every finalist is reported again, which also ends the last one's
+    // OnTry: with its new time, the later figure standing for it (observers
+    // replace), or with its first one when the final failed.
+    for (size_t i = 0; i < kept.size(); ++i) {
+      if (ms.ok()) kept[i].set_measured_ms((*ms)[i]);
+      for (CandidateResult& result : report.results) {
+        if (result.id != kept[i].id() || !result.ok) continue;
+        result.ms = kept[i].measured_ms();
+        observer->OnResult(result);
+      }
+    }
+    std::stable_sort(kept.begin(), kept.end(), [&](const ConvLayerPlan& a,
+                                                   const ConvLayerPlan& b) {
+      return rank(a) < rank(b);
+    });
   }
 
   if (kept.empty()) {

@@ -43,6 +43,9 @@ struct SearchOptions {
   // the first path's list launches a misaligned 16-byte store instead of
   // running, killing the process's CUDA context. -1: off.
   int testing_fault_rank = -1;
+  // Test hook: autotune's final (the finalists timed again) launches that
+  // store in place of its first sample, when there is a final.
+  bool testing_fault_in_final = false;
   // Reproduction aid: run only the candidate with this id (ToString()); the
   // others are reported as not selected. Empty: all.
   std::string only;
@@ -51,8 +54,9 @@ struct SearchOptions {
 // Runs the search for `problem` on `stream` (the planner's handle's). Under
 // autotune: the heuristics' candidates per path, then the knob search around
 // the winner (EngineSelection::autotune_knob_candidates), then the fastest
-// few, within 10% of the best, timed again in turns; a candidate timed again
-// is reported to the observer again with its new time. The report lists
+// few, within 10% of the best, timed again in turns; the observer hears
+// OnTry for a finalist before each of its runs there, and every finalist is
+// reported again after (with its new time). The report lists
 // every candidate considered. When one passes, `best` (if not
 // null) receives its plan, bound to scratch buffers. UNIMPLEMENTED, listing
 // the reasons, when none passes; a CUDA error that leaves the context unusable

@@ -1,6 +1,7 @@
 // Autotune's knob search (FindKnobNeighbours in engine_candidates.h): after
 // the heuristics' candidates, settings of the winner's engine one knob away
 // from it are probed and timed like any candidate, around each new winner.
+// Then the final: the fastest few timed again in turns.
 // On seeded random dense layers (every dtype and layout, odd channel counts
 // and sizes, 1x1 to 5x5, strides 1 and 2) and three of the benchmark's
 // shapes:
@@ -10,7 +11,11 @@
 //   (output filled with NaN first, guard bytes after it), as does the winner;
 // - with the budget at 0 none runs;
 // - one named for reproduction (SearchOptions::only) runs alone, though no
-//   heuristics list offers it.
+//   heuristics list offers it;
+// - the final names the finalist it runs (OnTry) before each of its runs and
+//   reports every finalist again, leaving none in flight; a fault in the
+//   final (SearchOptions::testing_fault_in_final, in a child process) is
+//   blamed on a finalist, so the prober or the server quarantines it.
 // Skips without a GPU. CONVSERVE_KNOB_SEED and CONVSERVE_KNOB_CASES change
 // the random layers.
 #include <algorithm>
@@ -21,11 +26,13 @@
 #include <map>
 #include <optional>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "engine/cudnn/candidate_search.h"
+#include "engine/cudnn/cudnn_status.h"
 #include "engine/cudnn/cuda_resources.h"
 #include "engine/cudnn/cudnn_backend.h"
 #include "engine/cudnn/device_weights.h"
@@ -144,6 +151,29 @@ bool OneKnobApart(const EngineConfigId& a, const EngineConfigId& b) {
   for (const auto& [type, values] : knobs) differ += values.first != values.second;
   return differ == 1;
 }
+
+// What a search told its observer, in order, and what is in flight: the
+// candidate a fault would be blamed on (as the prober and DevicePool's
+// in-process observer keep it).
+class RecordingObserver : public SearchObserver {
+ public:
+  void OnTry(const EngineConfigId& id) override {
+    tries_[id.ToString()]++;
+    in_flight_ = id;
+  }
+  void OnResult(const CandidateResult& result) override {
+    if (result.ok) passed_.insert(result.id.ToString());
+    in_flight_.reset();
+  }
+  const std::map<std::string, int>& tries() const { return tries_; }
+  const std::set<std::string>& passed() const { return passed_; }
+  const std::optional<EngineConfigId>& in_flight() const { return in_flight_; }
+
+ private:
+  std::map<std::string, int> tries_;
+  std::set<std::string> passed_;
+  std::optional<EngineConfigId> in_flight_;
+};
 
 class KnobSearchTest : public CudnnDeviceTest {
  protected:
@@ -369,6 +399,97 @@ TEST_F(KnobSearchTest, AKnobSearchCandidateNamedForReproductionRunsAlone) {
     return;
   }
   ADD_FAILURE() << "no benchmark layer had a passing knob-search candidate to name";
+}
+
+TEST_F(KnobSearchTest, TheFinalNamesEachFinalistItRunsAndLeavesNoneInFlight) {
+  std::mt19937_64 rng(13);
+  const EngineSelection selection = Autotune(kKnobBudget);
+  int finals = 0;
+  for (const DenseCase& c : BenchmarkCases()) {
+    SCOPED_TRACE(c.Describe());
+    const Layer layer = MakeLayer(c, &rng);
+    ASSERT_NE(layer.graph, nullptr);
+    ConvLayerPlanner planner(handle_.get(), selection, target_);
+    RecordingObserver observer;
+    absl::StatusOr<SearchReport> report =
+        SearchEngines(planner, stream_.get(), layer.problem, SearchOptions(), &observer, nullptr);
+    ASSERT_TRUE(report.ok()) << report.status();
+    EXPECT_FALSE(observer.in_flight().has_value())
+        << observer.in_flight()->ToString() << " is still in flight after the search";
+    // Candidates tried more than once are the finalists: once in the first
+    // pass, then before binding and before each sample of the final, the
+    // same number of times each.
+    std::vector<std::string> finalists;
+    std::set<int> counts;
+    for (const auto& [id, tries] : observer.tries()) {
+      if (tries == 1) continue;
+      finalists.push_back(id);
+      counts.insert(tries);
+      EXPECT_EQ(observer.passed().count(id), 1u) << id << " was timed again but never passed";
+    }
+    if (finalists.empty()) continue;
+    ++finals;
+    EXPECT_EQ(counts.size(), 1u) << "finalists named unequally often";
+    EXPECT_GE(*counts.begin(), 3) << "a finalist named only " << *counts.begin() << " times";
+    ASSERT_TRUE(report->chosen.has_value());
+    EXPECT_NE(std::find(finalists.begin(), finalists.end(), report->chosen->ToString()),
+              finalists.end())
+        << "the winner " << report->chosen->ToString() << " was not a finalist";
+    std::printf("%-55s final: %zu finalists, each named %d times; winner %s\n",
+                c.Describe().c_str(), finalists.size(), *counts.begin(),
+                report->chosen->ToString().c_str());
+  }
+  EXPECT_GT(finals, 0) << "no benchmark layer had two candidates within 10% for a final";
+}
+
+// In a child process (the fault ends its CUDA context): searches the
+// benchmark layers with the final's fault hook until one has a final, and
+// exits 0 when the search returned the lost context with a finalist in
+// flight.
+void SearchWithAFaultInTheFinal(cudnnHandle_t handle, cudaStream_t stream,
+                                const CudnnTarget& target,
+                                const EngineSelection& selection) {
+  std::mt19937_64 rng(17);
+  for (const DenseCase& c : BenchmarkCases()) {
+    absl::StatusOr<std::shared_ptr<const Graph>> graph = MakeGraph(c, &rng);
+    if (!graph.ok()) break;
+    const Shape input = {c.batch, c.channels, c.height, c.width};
+    absl::StatusOr<std::vector<Shape>> outputs = (*graph)->InferShapes(input);
+    if (!outputs.ok()) break;
+    const ConvLayerProblem problem = MakeLayerProblems(**graph, input, *outputs)[0];
+    ConvLayerPlanner planner(handle, selection, target);
+    RecordingObserver observer;
+    SearchOptions options;
+    options.testing_fault_in_final = true;
+    absl::StatusOr<SearchReport> report =
+        SearchEngines(planner, stream, problem, options, &observer, nullptr);
+    if (report.ok()) continue;  // no final on this layer
+    if (StickyCudaError(report.status(), stream) == cudaSuccess) {
+      std::fprintf(stderr, "the search failed without losing the context: %s\n",
+                   std::string(report.status().message()).c_str());
+      std::_Exit(1);
+    }
+    if (!observer.in_flight().has_value()) {
+      std::fprintf(stderr, "the fault in the final was blamed on no candidate\n");
+      std::_Exit(1);
+    }
+    const std::string id = observer.in_flight()->ToString();
+    const bool finalist =
+        observer.passed().count(id) > 0 && observer.tries().at(id) > 1;
+    std::fprintf(stderr, "%s: the fault in the final was blamed on %s, %s\n",
+                 c.Describe().c_str(), id.c_str(),
+                 finalist ? "a finalist" : "not a finalist");
+    std::_Exit(finalist ? 0 : 1);
+  }
+  std::fprintf(stderr, "no benchmark layer had a final\n");
+  std::_Exit(1);
+}
+
+TEST_F(KnobSearchTest, AFaultInTheFinalIsBlamedOnTheFinalistThatRan) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(SearchWithAFaultInTheFinal(handle_.get(), stream_.get(), target_,
+                                         Autotune(kKnobBudget)),
+              ::testing::ExitedWithCode(0), "blamed on .*, a finalist");
 }
 
 }  // namespace
