@@ -419,8 +419,8 @@ TEST_F(KnobSearchTest, TheFinalNamesEachFinalistItRunsAndLeavesNoneInFlight) {
 
 // In a child process (the fault ends its CUDA context): searches the
 // benchmark layers with the final's fault hook until one has a final, and
-// exits 0 when the search returned the lost context with a finalist in
-// flight.
+// exits 0 when the search returned the lost context with the finalist whose
+// sample faulted in flight.
 void SearchWithAFaultInTheFinal(cudnnHandle_t handle, cudaStream_t stream,
                                 const CudnnTarget& target,
                                 const EngineSelection& selection) {
@@ -448,13 +448,19 @@ void SearchWithAFaultInTheFinal(cudnnHandle_t handle, cudaStream_t stream,
       std::fprintf(stderr, "the fault in the final was blamed on no candidate\n");
       std::_Exit(1);
     }
+    // The fault came in the first finalist's first sample: by then it was
+    // named once more than any other candidate (once in the first pass, the
+    // finalists once each when bound, it once for the sample).
     const std::string id = observer.in_flight()->ToString();
-    const bool finalist =
-        observer.passed().count(id) > 0 && observer.tries().at(id) > 1;
-    std::fprintf(stderr, "%s: the fault in the final was blamed on %s, %s\n",
-                 c.Describe().c_str(), id.c_str(),
-                 finalist ? "a finalist" : "not a finalist");
-    std::_Exit(finalist ? 0 : 1);
+    const int tries = observer.tries().at(id);
+    bool most = observer.passed().count(id) > 0;
+    for (const auto& [other, other_tries] : observer.tries()) {
+      if (other != id && other_tries >= tries) most = false;
+    }
+    std::fprintf(stderr, "%s: the fault in the final was blamed on %s (named %d times), %s\n",
+                 c.Describe().c_str(), id.c_str(), tries,
+                 most ? "the finalist that ran" : "not the finalist that ran");
+    std::_Exit(most ? 0 : 1);
   }
   std::fprintf(stderr, "no benchmark layer had a final\n");
   std::_Exit(1);
@@ -464,7 +470,7 @@ TEST_F(KnobSearchTest, AFaultInTheFinalIsBlamedOnTheFinalistThatRan) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   EXPECT_EXIT(SearchWithAFaultInTheFinal(handle_.get(), stream_.get(), target_,
                                          Autotune(kKnobBudget)),
-              ::testing::ExitedWithCode(0), "blamed on .*, a finalist");
+              ::testing::ExitedWithCode(0), "blamed on .*, the finalist that ran");
 }
 
 }  // namespace
