@@ -108,7 +108,16 @@ void ModelStreamCall::Done(bool /*ok*/) {
 void ModelStreamCall::Finished(bool /*ok*/) { Release(); }
 
 void ModelStreamCall::Release() {
-  if (refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
+  if (refs_.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+  // The last reference may be dropped on another queue thread than the one
+  // that last changed the state (a WriteDone that popped the last response
+  // and started the Finish; then Finished elsewhere). gRPC's completion queue
+  // orders the two, but inside Debian's gRPC, which ThreadSanitizer cannot
+  // see (it reported the deque's destructor racing that pop, in a CI run on
+  // 2026-11-27); taking the lock once orders every change made under it
+  // before the delete, for TSan too.
+  { absl::MutexLock lock(&mu_); }
+  delete this;
 }
 
 ModelStreamCall::Steps ModelStreamCall::NextStepsLocked() {
