@@ -6,10 +6,10 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "engine/cudnn/captured_layers.h"
 #include "engine/cudnn/cuda_resources.h"
 #include "engine/cudnn/cudnn_status.h"
 #include "engine/cudnn/direct_conv.h"
+#include "engine/cudnn/launch_timer.h"
 #include "engine/cudnn/probe_buffers.h"
 #include "engine/status_macros.h"
 #include "spdlog/spdlog.h"
@@ -17,10 +17,6 @@
 namespace convserve {
 namespace {
 
-// Runs per timed sample, replayed back to back from one CUDA graph (Time),
-// so launch gaps do not swamp kernels of a few microseconds; the median
-// sample resists clock and cache noise.
-constexpr int kRunsPerSample = 8;
 // Autotune's final: the plans kept (the fastest so far), those within this
 // factor of the best timed again, in this many rounds of one sample each.
 constexpr size_t kFinalists = 3;
@@ -39,58 +35,13 @@ std::vector<LayerPath> PathsOf(const ConvLayerProblem& problem, const EngineSele
   return paths;
 }
 
-// Times one plan the way the server runs it: kRunsPerSample runs captured
-// into one CUDA graph and replayed, so a kernel of a few microseconds is
-// timed, not the host's launch rate (with launches from the host, every
-// candidate of a small layer measured the same ~7 us). A plan that cannot be
-// captured is timed with plain launches, as it will then run.
-class PlanTimer {
- public:
-  static absl::StatusOr<PlanTimer> Create(cudnnHandle_t handle, cudaStream_t stream,
-                                          const ConvLayerProblem& problem,
-                                          const ConvLayerPlan& plan) {
-    PlanTimer timer;
-    timer.stream_ = stream;
-    timer.launch_ = [handle, stream, &problem, &plan](size_t begin, size_t end) -> absl::Status {
-      for (size_t r = begin; r < end; ++r) RETURN_IF_ERROR(plan.RunBound(handle, stream, problem));
-      return absl::OkStatus();
-    };
-    ASSIGN_OR_RETURN(CapturedLayers::Result capture,
-                     CapturedLayers::Capture(stream, {static_cast<size_t>(kRunsPerSample)},
-                                             timer.launch_, nullptr));
-    if (capture.captured == nullptr) {
-      spdlog::debug("timing without a CUDA graph (capture failed: {})", capture.failure);
-    }
-    timer.captured_ = std::move(capture.captured);
-    ASSIGN_OR_RETURN(timer.start_, CudaEvent::Create());
-    ASSIGN_OR_RETURN(timer.stop_, CudaEvent::Create());
-    return timer;
-  }
-
-  // Whether the runs replay from a CUDA graph (else: plain launches).
-  bool captured() const { return captured_ != nullptr; }
-  // Milliseconds per run, over one sample of kRunsPerSample runs.
-  absl::StatusOr<float> Sample() {
-    CUDA_RETURN_IF_ERROR(cudaEventRecord(start_.get(), stream_));
-    if (captured_ != nullptr) {
-      CUDA_RETURN_IF_ERROR(captured_->Launch(0, stream_));
-    } else {
-      RETURN_IF_ERROR(launch_(0, kRunsPerSample));
-    }
-    CUDA_RETURN_IF_ERROR(cudaEventRecord(stop_.get(), stream_));
-    CUDA_RETURN_IF_ERROR(cudaEventSynchronize(stop_.get()));
-    float ms = 0;
-    CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&ms, start_.get(), stop_.get()));
-    return ms / kRunsPerSample;
-  }
-
- private:
-  cudaStream_t stream_ = nullptr;
-  CapturedLayers::LaunchLayers launch_;
-  std::shared_ptr<CapturedLayers> captured_;
-  CudaEvent start_;
-  CudaEvent stop_;
-};
+// Times `plan` as the server runs it (LaunchTimer).
+absl::StatusOr<LaunchTimer> PlanTimer(cudnnHandle_t handle, cudaStream_t stream,
+                                      const ConvLayerProblem& problem, const ConvLayerPlan& plan) {
+  return LaunchTimer::Create(stream, [handle, stream, &problem, &plan] {
+    return plan.RunBound(handle, stream, problem);
+  });
+}
 
 class CandidateRunner {
  public:
@@ -168,14 +119,14 @@ class CandidateRunner {
   // Times `plan` the way the server runs it (PlanTimer), the selection's
   // autotune_iterations samples, and returns the median.
   absl::StatusOr<float> Time(const ConvLayerPlan& plan, bool* captured) {
-    ASSIGN_OR_RETURN(PlanTimer timer, PlanTimer::Create(planner_.handle(), stream_, problem_, plan));
+    ASSIGN_OR_RETURN(LaunchTimer timer, PlanTimer(planner_.handle(), stream_, problem_, plan));
     *captured = timer.captured();
     std::vector<float> times;
     for (int i = 0; i < std::max(planner_.selection().autotune_iterations, 1); ++i) {
       ASSIGN_OR_RETURN(float ms, timer.Sample());
       times.push_back(ms);
     }
-    return Median(std::move(times));
+    return MedianSample(std::move(times));
   }
 
  public:
@@ -190,12 +141,11 @@ class CandidateRunner {
   // Returns each one's median.
   absl::StatusOr<std::vector<float>> Retime(std::vector<ConvLayerPlan>& plans, int rounds,
                                             SearchObserver* observer, bool fault_for_testing) {
-    std::vector<PlanTimer> timers;
+    std::vector<LaunchTimer> timers;
     for (ConvLayerPlan& plan : plans) {
       observer->OnTry(plan.id());
       RETURN_IF_ERROR(plan.Bind(problem_, buffers_.buffers()));
-      ASSIGN_OR_RETURN(PlanTimer timer,
-                       PlanTimer::Create(planner_.handle(), stream_, problem_, plan));
+      ASSIGN_OR_RETURN(LaunchTimer timer, PlanTimer(planner_.handle(), stream_, problem_, plan));
       timers.push_back(std::move(timer));
     }
     std::vector<std::vector<float>> times(plans.size());
@@ -211,16 +161,11 @@ class CandidateRunner {
       }
     }
     std::vector<float> medians;
-    for (std::vector<float>& t : times) medians.push_back(Median(std::move(t)));
+    for (std::vector<float>& t : times) medians.push_back(MedianSample(std::move(t)));
     return medians;
   }
 
  private:
-  static float Median(std::vector<float> times) {
-    std::nth_element(times.begin(), times.begin() + times.size() / 2, times.end());
-    return times[times.size() / 2];
-  }
-
   ConvLayerPlanner& planner_;
   cudaStream_t stream_;
   const ConvLayerProblem& problem_;
