@@ -98,6 +98,7 @@ absl::StatusOr<RunnerChoice> MakeGpu(const BackendConfig& config) {
   options.prober_candidate_timeout = absl::Seconds(config.prober_candidate_timeout_seconds);
   options.prober_log_level = config.log_level;
   options.cuda_graphs = config.cuda_graphs;
+  options.fuse_pointwise_pairs = config.fuse_pointwise_pairs;
   options.testing_fault_graph = config.testing_fault_graph;
   options.testing_fault_candidate_rank = config.testing_fault_candidate_rank;
   ASSIGN_OR_RETURN(std::unique_ptr<DevicePool> pool, DevicePool::Create(options));

@@ -63,6 +63,9 @@ struct BackendConfig {
   std::string log_level = "info";
   // Capture each request's layer launches into CUDA graphs and replay them.
   bool cuda_graphs = true;
+  // Race fusable pairs of 1x1 layers against their plans and run the faster
+  // (DevicePoolOptions::fuse_pointwise_pairs).
+  bool fuse_pointwise_pairs = true;
   // Test hooks (see DevicePoolOptions).
   std::string testing_fault_graph;
   int testing_fault_candidate_rank = -1;

@@ -94,6 +94,11 @@ ABSL_FLAG(std::string, cudnn_errata, "",
 ABSL_FLAG(double, gpu_failure_exit_delay_seconds, 0,
           "after a lost CUDA context: how long to keep answering (health NOT_SERVING, requests "
           "UNAVAILABLE, /metrics) before draining and exiting with status 3");
+ABSL_FLAG(bool, fuse_pointwise_pairs, true,
+          "GPU: race each pair of consecutive 1x1 layers (stride 1, no padding or groups, 32 or "
+          "64 channels in and out, float16/bfloat16 NHWC) run as one kernel of ours against their "
+          "two cuDNN plans, once per pair and GPU model, and run the faster; false runs every "
+          "layer on its own plan");
 ABSL_FLAG(bool, cuda_graphs, true,
           "GPU: capture each request's layer launches into CUDA graphs (per graph, input shape, "
           "worker and in-place pointers, the second time they run) and replay them; false runs "
@@ -280,6 +285,7 @@ int Run() {
       absl::GetFlag(FLAGS_prober_candidate_timeout_seconds);
   backend_config.log_level = log_level;
   backend_config.cuda_graphs = absl::GetFlag(FLAGS_cuda_graphs);
+  backend_config.fuse_pointwise_pairs = absl::GetFlag(FLAGS_fuse_pointwise_pairs);
   backend_config.testing_fault_graph = absl::GetFlag(FLAGS_testing_fault_graph);
   backend_config.testing_fault_candidate_rank = absl::GetFlag(FLAGS_testing_fault_candidate_rank);
   absl::StatusOr<RunnerChoice> choice = MakeRunner(backend_config);

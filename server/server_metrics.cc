@@ -177,6 +177,15 @@ class ServerMetrics::RuntimeCollector : public prometheus::Collectable {
           "convserve_engine_candidates_vetoed_total",
           "Engine candidates not run because an earlier verdict quarantined them.",
           MetricType::Counter, {Value({}, e.vetoed, true)}));
+      families.push_back(Family(
+          "convserve_pointwise_pair_races_total",
+          "Pairs of consecutive 1x1 layers raced as one kernel of ours against their two plans "
+          "(--fuse_pointwise_pairs; one race per pair of layer problems and GPU model).",
+          MetricType::Counter, {Value({}, e.pair_races, true)}));
+      families.push_back(Family(
+          "convserve_pointwise_pairs_fused_total",
+          "Pointwise pair races the fused kernel won: those pairs run as one kernel.",
+          MetricType::Counter, {Value({}, e.pairs_fused, true)}));
       const CudaGraphStats& g = stats.cuda_graphs;
       families.push_back(Family(
           "convserve_cuda_graph_captures_total",

@@ -21,6 +21,9 @@
 #include "engine/cudnn/cuda_resources.h"
 #include "engine/cudnn/cudnn_backend.h"
 #include "engine/cudnn/cudnn_status.h"
+#include "engine/cudnn/launch_timer.h"
+#include "engine/cudnn/pointwise_pair.h"
+#include "engine/cudnn/pointwise_pair_kernel.h"
 #include "engine/cudnn/probe_buffers.h"
 #include "engine/runtime/device_choice.h"
 #include "engine/runtime/guarded_copy.h"
@@ -40,6 +43,14 @@ struct DevicePool::GraphResources {
 };
 
 namespace {
+
+// The quarantine key of the pointwise pair kernel for layer problems
+// `first` and `second`: a pair quarantined on this GPU model runs as its two
+// layers.
+std::string PairQuarantineKey(const std::string& target_key, const ConvLayerProblem& first,
+                              const ConvLayerProblem& second) {
+  return absl::StrCat(target_key, "|pointwise_pair|", first.Encode(), "|", second.Encode());
+}
 
 // The quarantine keys of the engines of `plans` (one per layer, in order;
 // fewer plans than problems is fine): what a fault while running them
@@ -76,6 +87,9 @@ struct DevicePool::Task {
   // server does not fault the same way; both are formatted only then.
   std::shared_ptr<const std::vector<ConvLayerProblem>> problems;
   std::vector<std::shared_ptr<ConvLayerPlan>> plans;
+  // The pairs of layers that run fused (FusePairs), once known; their
+  // kernel is named and quarantined with the engines.
+  FusedPairs fused;
   // A request of the --testing_fault_graph graph: the hook, not an engine,
   // faults.
   bool fault_hook = false;
@@ -86,11 +100,22 @@ struct DevicePool::Task {
     for (size_t i = 0; i < plans.size(); ++i) {
       absl::StrAppend(&engines, i == 0 ? "" : ", ", "layers[", i, "] ", plans[i]->id().ToString());
     }
+    for (size_t i = 0; i < fused.size(); ++i) {
+      if (fused[i] != nullptr) {
+        absl::StrAppend(&engines, ", layers[", i, "] and [", i + 1, "] fused (pointwise pair)");
+      }
+    }
     return engines;
   }
   std::vector<std::string> QuarantineKeys(const std::string& target_key) const {
     if (fault_hook) return {};
-    return PlanQuarantineKeys(target_key, *problems, plans);
+    std::vector<std::string> keys = PlanQuarantineKeys(target_key, *problems, plans);
+    for (size_t i = 0; i < fused.size(); ++i) {
+      if (fused[i] != nullptr) {
+        keys.push_back(PairQuarantineKey(target_key, (*problems)[i], (*problems)[i + 1]));
+      }
+    }
+    return keys;
   }
 
   // Answers every call with `status` (refused, or no GPU to run it).
@@ -167,6 +192,7 @@ struct DevicePool::Worker {
     uint64_t generation = 0;
     std::shared_ptr<const std::vector<ConvLayerProblem>> problems;
     std::vector<std::shared_ptr<ConvLayerPlan>> plans;
+    FusedPairs fused;
   } last_plans;
   // Warm-up jobs for this worker (plans are per worker), taken before the
   // device's queue. Guarded by the device's `mu`.
@@ -213,6 +239,8 @@ constexpr double kMaxQueuedAheadMs = 2.0;
 // For layers no search timed: a low estimate of the GPU's rate, so the
 // estimate errs towards waiting more often on big layers.
 constexpr double kAssumedMacsPerMs = 20e9;
+// Samples each side of a pointwise pair's race takes (LaunchTimer).
+constexpr int kPairRaceRounds = 5;
 
 // Grows `buffer` to at least `bytes` (never shrinks: a worker's buffers
 // settle at the largest request it has served); sets `*moved` when it was
@@ -262,20 +290,58 @@ bool LayerBuffersFit(const LayerBufferNeedList& needs) {
                      [](const auto& need) { return need.first->bytes() >= need.second; });
 }
 
-// Layer i's buffers among `last` + 1: the first reads `first_input`, the
-// others the previous layer's output, alternating ping and pong; the last
-// writes `last_output` when not null (a CUDA region in place).
+// Where each layer's input and output live (entry i: layer i's input;
+// the last entry: the last layer's output). The first layer reads
+// `first_input` (only read: the const is cast away to share the vector);
+// each tensor that is written takes ping and pong in turn; the last layer
+// writes `last_output` when not null (a CUDA region in place). The output of
+// the first layer of a fused pair (`fused[i]` set) is never written: it gets
+// no buffer, and the pair reads entry i and writes entry i + 2, never the
+// same buffer.
 template <typename Worker>
-ConvLayerBuffers LayerBuffers(const Worker& worker, const DeviceWeights& weights, size_t i,
-                              size_t last, const void* first_input, void* last_output) {
+std::vector<void*> TensorPlaces(const Worker& worker, size_t layers, const void* first_input,
+                                void* last_output, const FusedPairs& fused) {
+  std::vector<void*> places(layers + 1, nullptr);
+  places[0] = const_cast<void*>(first_input);
+  size_t written = 0;
+  for (size_t t = 1; t <= layers; ++t) {
+    if (fused[t - 1] != nullptr) continue;
+    places[t] = t == layers && last_output != nullptr
+                    ? last_output
+                    : (written % 2 == 0 ? worker.ping.data() : worker.pong.data());
+    ++written;
+  }
+  return places;
+}
+
+// Layer i's buffers, its tensors at `places` (TensorPlaces).
+ConvLayerBuffers LayerBuffers(const std::vector<void*>& places, const DeviceWeights& weights,
+                              void* workspace, size_t i) {
   ConvLayerBuffers b;
-  b.x = i == 0 ? first_input : (i % 2 == 1 ? worker.ping.data() : worker.pong.data());
-  b.y = i == last && last_output != nullptr ? last_output
-                                            : (i % 2 == 0 ? worker.ping.data() : worker.pong.data());
+  b.x = places[i];
+  b.y = places[i + 1];
   b.w = weights.weights(i);
   b.bias = weights.bias(i);
-  b.workspace = worker.workspace.data();
+  b.workspace = workspace;
   return b;
+}
+
+// The fused pair of layers i and i + 1, its tensors at `places`.
+PointwisePairBuffers PairBuffers(const std::vector<void*>& places, const DeviceWeights& weights,
+                                 size_t i) {
+  PointwisePairBuffers b;
+  b.x = places[i];
+  b.w0 = weights.weights(i);
+  b.bias0 = weights.bias(i);
+  b.w1 = weights.weights(i + 1);
+  b.bias1 = weights.bias(i + 1);
+  b.y = places[i + 2];
+  return b;
+}
+
+// Whether layer i runs as the second half of a fused pair (not on its own).
+bool FusedIntoPrevious(const FusedPairs& fused, size_t i) {
+  return i > 0 && fused[i - 1] != nullptr;
 }
 
 absl::StatusOr<double> ElapsedSeconds(const CudaEvent& from, const CudaEvent& to) {
@@ -337,7 +403,8 @@ DevicePool::DevicePool(const DevicePoolOptions& options)
     : options_(options),
       policy_(PolicyName(options.selection)),
       choices_(options.plan_cache),
-      plans_(options.plan_cache) {}
+      plans_(options.plan_cache),
+      pair_choices_(options.plan_cache) {}
 
 absl::StatusOr<std::unique_ptr<DevicePool>> DevicePool::Create(const DevicePoolOptions& options) {
   if (options.workers_per_device < 1) {
@@ -708,6 +775,8 @@ RunnerStats DevicePool::Stats() const {
   stats.engine_search.quarantined += in_process_quarantined_.load();
   stats.engine_search.vetoed += in_process_vetoed_.load();
   stats.engine_search.stored_choices = stored_choices_used_.load();
+  stats.engine_search.pair_races = pair_races_.load();
+  stats.engine_search.pairs_fused = pairs_fused_.load();
   for (const auto& device : devices_) {
     if (device->prober != nullptr) stats.engine_search.searches += device->prober->stats().searches;
   }
@@ -1055,6 +1124,58 @@ void DevicePool::RunWarmJob(Device& device, Worker& worker, WarmJob& job) {
   job.Finish(status);
 }
 
+namespace {
+
+// Queues layers [begin, end) of an execution on `stream`, their tensors at
+// `places` (TensorPlaces): each layer's bound plan, or the pair kernel for a
+// fused pair starting there; a layer fused into the one before queues
+// nothing.
+absl::Status RunLayers(cudnnHandle_t handle, cudaStream_t stream,
+                       const std::vector<ConvLayerProblem>& problems,
+                       const std::vector<std::shared_ptr<ConvLayerPlan>>& plans,
+                       const FusedPairs& fused, const std::vector<void*>& places,
+                       const DeviceWeights& weights, size_t begin, size_t end) {
+  for (size_t i = begin; i < end; ++i) {
+    if (FusedIntoPrevious(fused, i)) continue;
+    if (fused[i] != nullptr) {
+      RETURN_IF_ERROR(LaunchPointwisePair(problems[i], problems[i + 1],
+                                          PairBuffers(places, weights, i), fused[i]->blocks,
+                                          stream));
+    } else {
+      RETURN_IF_ERROR(plans[i]->RunBound(handle, stream, problems[i]));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Binds each layer's plan that runs on its own to its buffers at `places`.
+absl::Status BindLayers(const std::vector<ConvLayerProblem>& problems,
+                        const std::vector<std::shared_ptr<ConvLayerPlan>>& plans,
+                        const FusedPairs& fused, const std::vector<void*>& places,
+                        const DeviceWeights& weights, void* workspace) {
+  for (size_t i = 0; i < problems.size(); ++i) {
+    if (fused[i] != nullptr || FusedIntoPrevious(fused, i)) continue;
+    const ConvLayerBuffers buffers = LayerBuffers(places, weights, workspace, i);
+    if (!plans[i]->IsBoundTo(buffers)) RETURN_IF_ERROR(plans[i]->Bind(problems[i], buffers));
+  }
+  return absl::OkStatus();
+}
+
+// Where an execution's layers are queued in segments (LayerSegmentEnds): each
+// layer's time as its search measured it, or estimated from its MACs.
+std::vector<size_t> SegmentEnds(const std::vector<ConvLayerProblem>& problems,
+                                const std::vector<std::shared_ptr<ConvLayerPlan>>& plans) {
+  std::vector<double> layer_ms;
+  for (size_t i = 0; i < problems.size(); ++i) {
+    layer_ms.push_back(plans[i]->measured_ms() > 0
+                           ? plans[i]->measured_ms()
+                           : static_cast<double>(problems[i].MacCount()) / kAssumedMacsPerMs);
+  }
+  return LayerSegmentEnds(layer_ms, kMaxQueuedAheadMs);
+}
+
+}  // namespace
+
 absl::Status DevicePool::RunLayersOnce(Device& device, Worker& worker, const Graph& graph,
                                        const Shape& input_shape,
                                        const std::vector<Shape>& outputs,
@@ -1078,13 +1199,28 @@ absl::Status DevicePool::RunLayersOnce(Device& device, Worker& worker, const Gra
   cudaStream_t stream = worker.stream.get();
   CUDA_RETURN_IF_ERROR(cudaMemsetAsync(worker.input.data(), 0, in_bytes, stream));
   const DeviceWeights& weights = *resources->weights[device.slot];
-  for (size_t i = 0; i < problems.size(); ++i) {
-    const ConvLayerBuffers buffers =
-        LayerBuffers(worker, weights, i, problems.size() - 1, worker.input.data(), nullptr);
-    if (!plans[i]->IsBoundTo(buffers)) RETURN_IF_ERROR(plans[i]->Bind(problems[i], buffers));
-    RETURN_IF_ERROR(plans[i]->RunBound(worker.handle.get(), stream, problems[i]));
-  }
+  // Every layer once on its own, then the pairs that race: each pair's
+  // kernel is loaded and its race run here, not at the first request.
+  const FusedPairs none(problems.size());
+  const std::vector<void*> unfused =
+      TensorPlaces(worker, problems.size(), worker.input.data(), nullptr, none);
+  RETURN_IF_ERROR(BindLayers(problems, plans, none, unfused, weights, worker.workspace.data()));
+  RETURN_IF_ERROR(RunLayers(worker.handle.get(), stream, problems, plans, none, unfused, weights,
+                            0, problems.size()));
   CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+  ASSIGN_OR_RETURN(
+      const FusedPairs fused,
+      FusePairs(device, worker, graph, problems, plans, SegmentEnds(problems, plans),
+                [&](size_t i) { return LayerBuffers(unfused, weights, worker.workspace.data(), i); },
+                [] { return absl::OkStatus(); }));
+  if (std::any_of(fused.begin(), fused.end(), [](const auto& pair) { return pair != nullptr; })) {
+    const std::vector<void*> places =
+        TensorPlaces(worker, problems.size(), worker.input.data(), nullptr, fused);
+    RETURN_IF_ERROR(BindLayers(problems, plans, fused, places, weights, worker.workspace.data()));
+    RETURN_IF_ERROR(RunLayers(worker.handle.get(), stream, problems, plans, fused, places,
+                              weights, 0, problems.size()));
+    CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+  }
   return absl::OkStatus();
 }
 
@@ -1255,6 +1391,147 @@ absl::StatusOr<std::shared_ptr<ConvLayerPlan>> DevicePool::LayerPlan(
   });
 }
 
+absl::StatusOr<FusedPairs> DevicePool::FusePairs(
+    Device& device, Worker& worker, const Graph& graph,
+    const std::vector<ConvLayerProblem>& problems,
+    const std::vector<std::shared_ptr<ConvLayerPlan>>& plans,
+    const std::vector<size_t>& segment_ends,
+    const std::function<ConvLayerBuffers(size_t)>& unfused_buffers,
+    const std::function<absl::Status()>& settle) {
+  FusedPairs fused(problems.size());
+  if (!options_.fuse_pointwise_pairs || problems.size() < 2) return fused;
+  ASSIGN_OR_RETURN(const int64_t shared_limit, PointwisePairSharedLimit());
+  for (size_t i = 0; i + 1 < problems.size(); ++i) {
+    const bool straddles =
+        std::find(segment_ends.begin(), segment_ends.end(), i + 1) != segment_ends.end();
+    if (straddles || !PointwisePairRejection(problems[i], problems[i + 1], shared_limit).empty()) {
+      continue;
+    }
+    ASSIGN_OR_RETURN(std::shared_ptr<PointwisePairChoice> choice,
+                     PairChoiceFor(device, worker, graph, i, problems, plans, unfused_buffers,
+                                   settle));
+    if (choice->fused) {
+      fused[i] = std::move(choice);
+      ++i;  // layer i + 1 is taken
+    }
+  }
+  return fused;
+}
+
+absl::StatusOr<std::shared_ptr<PointwisePairChoice>> DevicePool::PairChoiceFor(
+    Device& device, Worker& worker, const Graph& graph, size_t layer,
+    const std::vector<ConvLayerProblem>& problems,
+    const std::vector<std::shared_ptr<ConvLayerPlan>>& plans,
+    const std::function<ConvLayerBuffers(size_t)>& unfused_buffers,
+    const std::function<absl::Status()>& settle) {
+  const ConvLayerProblem& first = problems[layer];
+  const ConvLayerProblem& second = problems[layer + 1];
+  // Shared by every graph and worker on GPUs of this model, like the
+  // layers' engine choices it is raced against.
+  PlanKey key;
+  key.graph_id = absl::StrCat("pointwise_pair:", first.Encode(), "+", second.Encode());
+  key.layer = -1;
+  key.input_shape = first.input;
+  key.dtype = first.dtype;
+  key.device = -1;
+  key.worker = -1;
+  key.policy = absl::StrCat(policy_, "/", device.target.Key());
+  return pair_choices_.GetOrBuild(
+      key, [&]() -> absl::StatusOr<PlanCache<PointwisePairChoice>::Built> {
+        auto choice = std::make_shared<PointwisePairChoice>();
+        const PlanCache<PointwisePairChoice>::Built built{choice, sizeof(PointwisePairChoice)};
+        const std::string quarantine_key =
+            PairQuarantineKey(device.target.Key(), first, second);
+        if (std::optional<std::string> why = store_->Get("quarantine", quarantine_key)) {
+          spdlog::warn("pointwise pair for graph '{}' layers[{}] and [{}] on GPU {} is "
+                       "quarantined ({}); they run as two layers",
+                       graph.name(), layer, layer + 1, device.ordinal, *why);
+          return built;
+        }
+        ++pair_races_;
+        cudaStream_t stream = worker.stream.get();
+        const ConvLayerBuffers a = unfused_buffers(layer);
+        const ConvLayerBuffers b = unfused_buffers(layer + 1);
+        // The kernel writes the buffer of ping and pong that it does not
+        // read (the race's outputs are dropped).
+        PointwisePairBuffers pair;
+        pair.x = a.x;
+        pair.w0 = a.w;
+        pair.bias0 = a.bias;
+        pair.w1 = b.w;
+        pair.bias1 = b.bias;
+        pair.y = a.x == worker.ping.data() ? worker.pong.data() : worker.ping.data();
+        // Each sample waits for its runs, so a fault surfaces in the sample
+        // of whichever side caused it.
+        bool kernel_running = false;
+        const auto race = [&]() -> absl::Status {
+          ASSIGN_OR_RETURN(choice->blocks, PointwisePairBlocks(first, second));
+          RETURN_IF_ERROR(settle());
+          if (!plans[layer]->IsBoundTo(a)) RETURN_IF_ERROR(plans[layer]->Bind(first, a));
+          if (!plans[layer + 1]->IsBoundTo(b)) RETURN_IF_ERROR(plans[layer + 1]->Bind(second, b));
+          cudnnHandle_t handle = worker.handle.get();
+          ASSIGN_OR_RETURN(LaunchTimer layers, LaunchTimer::Create(stream, [&]() -> absl::Status {
+                             RETURN_IF_ERROR(plans[layer]->RunBound(handle, stream, first));
+                             return plans[layer + 1]->RunBound(handle, stream, second);
+                           }));
+          kernel_running = true;
+          ASSIGN_OR_RETURN(LaunchTimer kernel, LaunchTimer::Create(stream, [&] {
+                             return LaunchPointwisePair(first, second, pair, choice->blocks,
+                                                        stream);
+                           }));
+          // In turns, so drift in clocks falls on both alike.
+          std::vector<float> layers_ms, kernel_ms;
+          for (int round = 0; round < kPairRaceRounds; ++round) {
+            kernel_running = false;
+            ASSIGN_OR_RETURN(float ms, layers.Sample());
+            layers_ms.push_back(ms);
+            kernel_running = true;
+            ASSIGN_OR_RETURN(ms, kernel.Sample());
+            kernel_ms.push_back(ms);
+          }
+          choice->layers_ms = MedianSample(std::move(layers_ms));
+          choice->fused_ms = MedianSample(std::move(kernel_ms));
+          return absl::OkStatus();
+        };
+        const absl::Status raced = race();
+        const cudaError_t lost = StickyCudaError(raced, stream);
+        if (lost != cudaSuccess) {
+          // This process lost its GPU in the race. When the kernel ran, the
+          // restarted server must not race it again; the request's fault
+          // handling quarantines the layers' engines (RunTask).
+          if (kernel_running) {
+            ++in_process_quarantined_;
+            store_->Put("quarantine", quarantine_key,
+                        absl::StrCat("faulted in its race: ", raced.message()))
+                .IgnoreError();
+            spdlog::error("pointwise pair for graph '{}' layers[{}] and [{}] quarantined on GPU "
+                          "{}: {}",
+                          graph.name(), layer, layer + 1, device.ordinal,
+                          std::string(raced.message()));
+          }
+          return raced;
+        }
+        if (!raced.ok()) {
+          cudaGetLastError();  // not sticky: cleared for this thread
+          spdlog::warn("pointwise pair for graph '{}' layers[{}] and [{}] on GPU {} not raced "
+                       "({}); they run as two layers",
+                       graph.name(), layer, layer + 1, device.ordinal,
+                       std::string(raced.message()));
+          choice->fused_ms = choice->layers_ms = 0;
+          return built;
+        }
+        choice->fused =
+            options_.testing_always_fuse_pairs || choice->fused_ms < choice->layers_ms;
+        if (choice->fused) ++pairs_fused_;
+        spdlog::info("pointwise pair: graph '{}' layers[{}] and [{}] ({} then {}) on GPU {}: "
+                     "one kernel {:.4f} ms, two layers {:.4f} ms: {}",
+                     graph.name(), layer, layer + 1, first.Describe(), second.Describe(),
+                     device.ordinal, choice->fused_ms, choice->layers_ms,
+                     choice->fused ? "fused" : "not fused");
+        return built;
+      });
+}
+
 namespace {
 
 // CUDA memory on the GPU of `ordinal` (a kernel there can address it).
@@ -1409,8 +1686,10 @@ absl::Status DevicePool::Launch(Device& device, Worker& worker, Task& task, bool
   const DeviceWeights& weights = *task.resources->weights[device.slot];
 
   std::vector<std::shared_ptr<ConvLayerPlan>>& plans = task.plans;
+  FusedPairs& fused = task.fused;
   if (same_as_last) {
     plans = memo.plans;
+    fused = memo.fused;
   } else {
     memo.problems = nullptr;  // until this lookup succeeds
     for (size_t i = 0; i < problems.size(); ++i) {
@@ -1418,11 +1697,6 @@ absl::Status DevicePool::Launch(Device& device, Worker& worker, Task& task, bool
                        LayerPlan(device, worker, graph, i, problems[i]));
       plans.push_back(std::move(plan));
     }
-    memo.graph_id = graph.id();
-    memo.input_shape = input_shape;
-    memo.generation = generation;
-    memo.problems = task.problems;
-    memo.plans = plans;
   }
   int64_t workspace = 0;
   for (const auto& plan : plans) workspace = std::max(workspace, plan->workspace_bytes());
@@ -1439,33 +1713,35 @@ absl::Status DevicePool::Launch(Device& device, Worker& worker, Task& task, bool
   }
 
   const void* first_input = input_in_place ? first.input_memory->data : worker.input.data();
-  const size_t last = problems.size() - 1;
-  const auto buffers_for = [&](size_t i) {
-    return LayerBuffers(worker, weights, i, last, first_input,
-                        output_in_place ? first.output_memory->data : nullptr);
-  };
-
-  for (size_t i = 0; i < problems.size(); ++i) {
-    const ConvLayerBuffers buffers = buffers_for(i);
-    if (!plans[i]->IsBoundTo(buffers)) RETURN_IF_ERROR(plans[i]->Bind(problems[i], buffers));
-  }
+  void* const last_output = output_in_place ? first.output_memory->data : nullptr;
   // Layers are queued ahead of the GPU, but never much more than
   // kMaxQueuedAheadMs of work: then the worker waits for it and checks for
   // cancellation, so a cancelled request stops at a layer boundary. CUDA
   // graphs are captured per segment, so replays stop at the same points.
-  std::vector<double> layer_ms;
-  for (size_t i = 0; i < problems.size(); ++i) {
-    layer_ms.push_back(plans[i]->measured_ms() > 0
-                           ? plans[i]->measured_ms()
-                           : static_cast<double>(problems[i].MacCount()) / kAssumedMacsPerMs);
-  }
-  const std::vector<size_t> segment_ends = LayerSegmentEnds(layer_ms, kMaxQueuedAheadMs);
+  const std::vector<size_t> segment_ends = SegmentEnds(problems, plans);
   execution->one_segment = segment_ends.size() == 1;
+  if (!same_as_last) {
+    const std::vector<void*> unfused = TensorPlaces(worker, problems.size(), first_input,
+                                                    last_output, FusedPairs(problems.size()));
+    ASSIGN_OR_RETURN(
+        fused, FusePairs(device, worker, graph, problems, plans, segment_ends,
+                         [&](size_t i) {
+                           return LayerBuffers(unfused, weights, worker.workspace.data(), i);
+                         },
+                         settle));
+    memo.graph_id = graph.id();
+    memo.input_shape = input_shape;
+    memo.generation = generation;
+    memo.problems = task.problems;
+    memo.plans = plans;
+    memo.fused = fused;
+  }
+  const std::vector<void*> places =
+      TensorPlaces(worker, problems.size(), first_input, last_output, fused);
+  RETURN_IF_ERROR(BindLayers(problems, plans, fused, places, weights, worker.workspace.data()));
   const auto launch_layers = [&](size_t begin, size_t end) -> absl::Status {
-    for (size_t i = begin; i < end; ++i) {
-      RETURN_IF_ERROR(plans[i]->RunBound(worker.handle.get(), stream, problems[i]));
-    }
-    return absl::OkStatus();
+    return RunLayers(worker.handle.get(), stream, problems, plans, fused, places, weights, begin,
+                     end);
   };
 
   // The captured graph to replay, if any. Captured before the timed
@@ -1477,9 +1753,12 @@ absl::Status DevicePool::Launch(Device& device, Worker& worker, Task& task, bool
     graph_key.graph_id = graph.id();
     graph_key.input_shape = input_shape;
     graph_key.input = first_input;
-    graph_key.output = buffers_for(last).y;
+    graph_key.output = places.back();
     CudaGraphCache<CapturedLayers>::Dependencies dependencies = {task.resources};
     for (const auto& plan : plans) dependencies.push_back(plan);
+    for (const auto& pair : fused) {
+      if (pair != nullptr) dependencies.push_back(pair);
+    }
     captured = worker.graphs->Find(graph_key, dependencies);
     timings->replayed = captured != nullptr;
     if (captured == nullptr && worker.graphs->ShouldCapture(graph_key)) {
@@ -1587,7 +1866,7 @@ absl::Status DevicePool::Launch(Device& device, Worker& worker, Task& task, bool
     begin = end;
   }
   CUDA_RETURN_IF_ERROR(cudaEventRecord(events[2].get(), stream));
-  const uint8_t* const result = static_cast<const uint8_t*>(buffers_for(last).y);
+  const uint8_t* const result = static_cast<const uint8_t*>(places.back());
   uint8_t* const staging_out = static_cast<uint8_t*>(worker.staging_out.data());
   if (!output_in_place) {
     std::vector<SliceCopy> scattered;  // outputs to CUDA memory on this GPU

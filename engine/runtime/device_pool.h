@@ -36,6 +36,7 @@
 
 #include <atomic>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -93,6 +94,12 @@ struct DevicePoolOptions {
   bool cuda_graphs = true;
   // Bounds of each worker's captured graphs.
   CudaGraphCacheOptions cuda_graph_cache;
+  // Race each pair of consecutive layers the pointwise pair kernel runs (two
+  // 1x1 convs on 16-bit channels-last tensors: engine/cudnn/pointwise_pair.h)
+  // against the two layers' plans, once per pair of layer problems and GPU
+  // model, and run the faster (docs/cudnn.md, "Fused 1x1 pairs"). False:
+  // every layer runs its own plan.
+  bool fuse_pointwise_pairs = true;
   // The convserve-prober executable that runs engine searches, one process
   // per GPU. Empty runs them in this process: a candidate that faults then
   // loses the GPU (it is still quarantined, for the next start when the plan
@@ -112,7 +119,24 @@ struct DevicePoolOptions {
   // faults the prober's context. Empty / -1: off.
   std::string testing_fault_graph;
   int testing_fault_candidate_rank = -1;
+  // Test hook: a raced pointwise pair runs fused even where its two layers
+  // were faster (so tests run the fused path on any shape).
+  bool testing_always_fuse_pairs = false;
 };
+
+// The outcome of a pointwise pair's race on one GPU model
+// (DevicePoolOptions::fuse_pointwise_pairs).
+struct PointwisePairChoice {
+  // The kernel won: the pair runs as one launch of `blocks` blocks.
+  bool fused = false;
+  int blocks = 0;
+  // Median time per run of the kernel and of the two layers' plans (0 when
+  // not raced: quarantined, or the race failed).
+  float fused_ms = 0;
+  float layers_ms = 0;
+};
+// Per layer of an execution: set at i when layers i and i + 1 run fused.
+using FusedPairs = std::vector<std::shared_ptr<const PointwisePairChoice>>;
 
 class DevicePool : public RequestRunner {
  public:
@@ -204,6 +228,25 @@ class DevicePool : public RequestRunner {
   absl::StatusOr<std::shared_ptr<ConvLayerPlan>> LayerPlan(Device& device, Worker& worker,
                                                            const Graph& graph, size_t layer,
                                                            const ConvLayerProblem& problem);
+  // Which pairs of `plans`' layers run as one pointwise pair kernel: entry i
+  // is set when layers i and i+1 do. A pair never straddles one of
+  // `segment_ends` (a replay still stops there). Races each eligible pair not
+  // raced yet on this GPU model (PairChoiceFor), with the plans bound to
+  // `unfused_buffers(i)` (each layer's buffers when none is fused); `settle`
+  // waits for the worker's stream first.
+  absl::StatusOr<FusedPairs> FusePairs(
+      Device& device, Worker& worker, const Graph& graph,
+      const std::vector<ConvLayerProblem>& problems,
+      const std::vector<std::shared_ptr<ConvLayerPlan>>& plans,
+      const std::vector<size_t>& segment_ends,
+      const std::function<ConvLayerBuffers(size_t)>& unfused_buffers,
+      const std::function<absl::Status()>& settle);
+  absl::StatusOr<std::shared_ptr<PointwisePairChoice>> PairChoiceFor(
+      Device& device, Worker& worker, const Graph& graph, size_t layer,
+      const std::vector<ConvLayerProblem>& problems,
+      const std::vector<std::shared_ptr<ConvLayerPlan>>& plans,
+      const std::function<ConvLayerBuffers(size_t)>& unfused_buffers,
+      const std::function<absl::Status()>& settle);
   absl::StatusOr<EngineChoice> SearchEngine(Device& device, Worker& worker,
                                             const ConvLayerProblem& problem,
                                             std::optional<ConvLayerPlan>* searched);
@@ -222,6 +265,7 @@ class DevicePool : public RequestRunner {
   std::vector<std::unique_ptr<Device>> devices_;
   PlanCache<EngineChoice> choices_;
   PlanCache<ConvLayerPlan> plans_;
+  PlanCache<PointwisePairChoice> pair_choices_;
 
   mutable absl::Mutex graphs_mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<GraphResources>> graphs_
@@ -238,6 +282,9 @@ class DevicePool : public RequestRunner {
   std::atomic<int64_t> in_process_vetoed_{0};
   // Engine choices taken from the plan store instead of a search.
   std::atomic<int64_t> stored_choices_used_{0};
+  // Pointwise pairs raced, and those the kernel won.
+  std::atomic<int64_t> pair_races_{0};
+  std::atomic<int64_t> pairs_fused_{0};
   // Answers requests for workers (set by Create). Answering (metrics, the
   // response, and gRPC's write, which runs on the thread that finishes the
   // call) took a fifth of a server's CPU at 64 in flight; a worker

@@ -59,6 +59,10 @@ struct EngineSearchStats {
   int64_t vetoed = 0;
   // Layer problems whose engine choice came from the plan store, not a search.
   int64_t stored_choices = 0;
+  // Pointwise pairs (two 1x1 layers) raced against their two plans, and
+  // those the fused kernel won (DevicePoolOptions::fuse_pointwise_pairs).
+  int64_t pair_races = 0;
+  int64_t pairs_fused = 0;
 };
 
 struct RunnerStats {

@@ -48,6 +48,9 @@ ABSL_FLAG(std::string, prober_binary, "",
           "convserve-prober for engine searches, as the server runs them; empty: in this process");
 ABSL_FLAG(int, autotune_knob_candidates, 16,
           "autotune: knob-search candidates per layer (the server's default; 0: off)");
+ABSL_FLAG(bool, fuse_pointwise_pairs, true,
+          "race pairs of 1x1 layers run as one kernel against their plans (the server's "
+          "default); false: every layer on its own plan");
 ABSL_FLAG(int, device, 0, "CUDA device ordinal");
 ABSL_FLAG(int, warmup, 50, "untimed requests per stack and batch (the first builds plans)");
 ABSL_FLAG(int, requests, 500, "timed requests per stack and batch");
@@ -149,6 +152,7 @@ int Run() {
   options.selection.search = *search;
   options.selection.autotune_knob_candidates = absl::GetFlag(FLAGS_autotune_knob_candidates);
   options.prober_binary = absl::GetFlag(FLAGS_prober_binary);
+  options.fuse_pointwise_pairs = absl::GetFlag(FLAGS_fuse_pointwise_pairs);
   absl::StatusOr<std::unique_ptr<DevicePool>> pool = DevicePool::Create(options);
   if (!pool.ok()) {
     std::fprintf(stderr, "stack_bench: %s\n", pool.status().ToString().c_str());
@@ -158,7 +162,9 @@ int Run() {
   cudaDeviceProp properties;
   cudaGetDeviceProperties(&properties, ordinal);
   std::printf("# device: %s\n", properties.name);
-  std::printf("# selection: %s\n", absl::GetFlag(FLAGS_engine_selection).c_str());
+  std::printf("# selection: %s, pointwise pairs %s\n",
+              absl::GetFlag(FLAGS_engine_selection).c_str(),
+              absl::GetFlag(FLAGS_fuse_pointwise_pairs) ? "raced" : "off");
   std::printf("# method: DevicePool (1 worker on GPU %d), device-resident input and output in "
               "place; one request at a time; gpu = InferTimings.compute (CUDA events around the "
               "layers), wall = Submit to done on the host; %d requests after %d warm-up\n",
@@ -252,6 +258,10 @@ int Run() {
     }
     (*pool)->RemoveGraph((*graph)->id());
   }
+  const EngineSearchStats searches = (*pool)->Stats().engine_search;
+  std::printf("# pointwise pairs: %lld raced, %lld fused\n",
+              static_cast<long long>(searches.pair_races),
+              static_cast<long long>(searches.pairs_fused));
   return failures == 0 ? 0 : 1;
 }
 

@@ -36,6 +36,7 @@ GPU_ONLY = {
     "convserve_cuda_graph_capture_fallbacks_total",
     "convserve_cuda_graph_invalidations_total", "convserve_cached_cuda_graphs",
     "convserve_cuda_graph_variant_waits_total",
+    "convserve_pointwise_pair_races_total", "convserve_pointwise_pairs_fused_total",
 }
 
 # What the dashboard must show (issue 5): latency quantiles from the

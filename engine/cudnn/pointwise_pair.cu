@@ -1,0 +1,399 @@
+// The pointwise pair kernel. Each block keeps both weight matrices and both
+// biases in shared memory for its life and loops over 128-pixel tiles,
+// copying the next tile's input in (cp.async) while it computes this one.
+// Each of its 4 warps owns 32 pixel rows of the tile. For each 32-channel
+// chunk of C1, the warp's mma.sync (m16n8k16, float32 accumulation) computes
+// the first conv; its accumulators, plus bias, activated in float32 and
+// rounded to the dtype, are laid out exactly as the A operand of the second
+// conv's MMAs, so the chunk goes from registers to the second conv's float32
+// accumulators without touching memory. The activations are switched on once
+// per chunk, not per element (per element, the kernel was six times slower
+// on an H100: the switch out-issued the MMAs).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+#include "engine/activation.h"
+#include "engine/cudnn/cudnn_status.h"
+#include "engine/cudnn/device_dtype.cuh"
+#include "engine/cudnn/pointwise_pair.h"
+#include "engine/cudnn/pointwise_pair_kernel.h"
+#include "engine/status_macros.h"
+
+namespace convserve {
+namespace {
+
+constexpr int kWarps = 4;
+constexpr int kThreads = 32 * kWarps;
+constexpr int kRowsPerWarp = 32;
+constexpr int kTile = static_cast<int>(kPointwisePairTile);
+constexpr int kChunk = static_cast<int>(kPointwisePairChunk);
+constexpr int kPad = static_cast<int>(kPointwisePairPad);
+static_assert(kTile == kWarps * kRowsPerWarp, "a tile is one row block per warp");
+static_assert(kChunk == 32, "the epilogue of a chunk fills two k16 A fragments");
+
+// mma.sync m16n8k16, row-major A, column-major B, float32 C += A * B.
+template <typename T>
+__device__ inline void Mma(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1);
+template <>
+__device__ inline void Mma<__half>(float (&c)[4], const unsigned (&a)[4], unsigned b0,
+                                   unsigned b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+template <>
+__device__ inline void Mma<__nv_bfloat16>(float (&c)[4], const unsigned (&a)[4], unsigned b0,
+                                          unsigned b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Two floats rounded to T, as one 32-bit register (lo in the low half).
+template <typename T>
+__device__ inline unsigned Pack(float lo, float hi) {
+  const T pair[2] = {FromFloat<T>(lo), FromFloat<T>(hi)};
+  unsigned bits;
+  memcpy(&bits, pair, sizeof(bits));
+  return bits;
+}
+
+__device__ inline void LdMatrixX4(unsigned (&r)[4], const void* shared) {
+  const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(shared));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(address));
+}
+
+// 16 bytes from global to shared memory, or 16 zero bytes when !valid.
+__device__ inline void CopyAsync16(void* shared, const void* global, bool valid) {
+  const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(shared));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(address), "l"(global),
+               "r"(valid ? 16 : 0));
+}
+__device__ inline void CopyAsyncCommit() { asm volatile("cp.async.commit_group;\n"); }
+__device__ inline void CopyAsyncWait() { asm volatile("cp.async.wait_group 0;\n"); }
+
+// The activation with its kind fixed at compile time (the switch in
+// ApplyActivation folds away): the formulas the CPU reference and the
+// bias+activation kernel use.
+template <ActivationKind K>
+__device__ inline float Activate(const Activation& activation, float x) {
+  Activation fixed = activation;
+  fixed.kind = K;
+  return ApplyActivation(fixed, x);
+}
+
+// Calls epilogue.template Run<K>() for the kind of `activation`.
+template <typename Epilogue>
+__device__ inline void WithKind(const Activation& activation, const Epilogue& epilogue) {
+  switch (activation.kind) {
+    case ActivationKind::kIdentity: epilogue.template Run<ActivationKind::kIdentity>(); break;
+    case ActivationKind::kRelu: epilogue.template Run<ActivationKind::kRelu>(); break;
+    case ActivationKind::kTanh: epilogue.template Run<ActivationKind::kTanh>(); break;
+    case ActivationKind::kSigmoid: epilogue.template Run<ActivationKind::kSigmoid>(); break;
+    case ActivationKind::kElu: epilogue.template Run<ActivationKind::kElu>(); break;
+    case ActivationKind::kGelu: epilogue.template Run<ActivationKind::kGelu>(); break;
+    case ActivationKind::kGeluTanh: epilogue.template Run<ActivationKind::kGeluTanh>(); break;
+    case ActivationKind::kSoftplus: epilogue.template Run<ActivationKind::kSoftplus>(); break;
+    case ActivationKind::kSwish: epilogue.template Run<ActivationKind::kSwish>(); break;
+  }
+}
+
+// The first conv's epilogue for one 32-channel chunk starting at `chunk`:
+// accumulators (2 row blocks of 16 x 4 column blocks of 8) plus bias,
+// activated and rounded, into the A fragments of the second conv (2 row
+// blocks x 2 k16 steps). In m16n8k16, thread (g, t) holds C elements
+// (g, 2t), (g, 2t+1), (g+8, 2t), (g+8, 2t+1) of an n8 block, and A registers
+// (g, 2t..2t+1), (g+8, 2t..), (g, 2t+8..), (g+8, 2t+8..) of a k16 step: two
+// adjacent n8 blocks are one k16 step's A.
+template <typename T>
+struct HiddenEpilogue {
+  const float (&acc)[2][4][4];
+  unsigned (&a)[2][2][4];
+  const float* bias;  // shared memory, C1 floats
+  const Activation& activation;
+  int chunk, t;
+
+  template <ActivationKind K>
+  __device__ void Run() const {
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      const int lo = chunk + 16 * k + 2 * t, hi = lo + 8;
+      const float b_lo0 = bias[lo], b_lo1 = bias[lo + 1], b_hi0 = bias[hi], b_hi1 = bias[hi + 1];
+#pragma unroll
+      for (int m = 0; m < 2; ++m) {
+        const float(&left)[4] = acc[m][2 * k];
+        const float(&right)[4] = acc[m][2 * k + 1];
+        a[m][k][0] = Pack<T>(Activate<K>(activation, left[0] + b_lo0),
+                             Activate<K>(activation, left[1] + b_lo1));
+        a[m][k][1] = Pack<T>(Activate<K>(activation, left[2] + b_lo0),
+                             Activate<K>(activation, left[3] + b_lo1));
+        a[m][k][2] = Pack<T>(Activate<K>(activation, right[0] + b_hi0),
+                             Activate<K>(activation, right[1] + b_hi1));
+        a[m][k][3] = Pack<T>(Activate<K>(activation, right[2] + b_hi0),
+                             Activate<K>(activation, right[3] + b_hi1));
+      }
+    }
+  }
+};
+
+// The second conv's epilogue for the warp's 32 rows: plus bias, activated,
+// rounded and stored (rows past the last pixel are not).
+template <typename T, int kC2>
+struct OutputEpilogue {
+  const float (&acc)[2][kC2 / 8][4];
+  const float* bias;  // shared memory, C2 floats
+  const Activation& activation;
+  T* y;
+  int64_t first_row, pixels;
+  int g, t;
+
+  template <ActivationKind K>
+  __device__ void Run() const {
+#pragma unroll
+    for (int m = 0; m < 2; ++m) {
+#pragma unroll
+      for (int n = 0; n < kC2 / 8; ++n) {
+        const int column = n * 8 + 2 * t;
+        const int64_t row = first_row + m * 16 + g;
+        const float b0 = bias[column], b1 = bias[column + 1];
+        if (row < pixels) {
+          *reinterpret_cast<unsigned*>(y + row * kC2 + column) =
+              Pack<T>(Activate<K>(activation, acc[m][n][0] + b0),
+                      Activate<K>(activation, acc[m][n][1] + b1));
+        }
+        if (row + 8 < pixels) {
+          *reinterpret_cast<unsigned*>(y + (row + 8) * kC2 + column) =
+              Pack<T>(Activate<K>(activation, acc[m][n][2] + b0),
+                      Activate<K>(activation, acc[m][n][3] + b1));
+        }
+      }
+    }
+  }
+};
+
+// kC0, kC2: 32 or 64 (any multiple of 16 up to 64 works; each costs
+// compile time); c1 a multiple of 32. Shared memory as
+// PointwisePairSharedBytes counts it: w0 [C1][C0 + pad], w1 [C2][C1 + pad],
+// two input tiles [128][C0 + pad], then the biases in float.
+template <typename T, int kC0, int kC2>
+__global__ void __launch_bounds__(kThreads, 2)
+    PointwisePairKernel(const T* __restrict__ x, const T* __restrict__ w0,
+                        const T* __restrict__ bias0, Activation activation0,
+                        const T* __restrict__ w1, const T* __restrict__ bias1,
+                        Activation activation1, T* __restrict__ y, int64_t pixels, int c1) {
+  constexpr int kRow0 = kC0 + kPad, kSteps0 = kC0 / 16, kBlocks2 = kC2 / 8, kVectors0 = kC0 / 8;
+  const int row1 = c1 + kPad;
+  extern __shared__ __align__(16) unsigned char shared[];
+  T* const shared_w0 = reinterpret_cast<T*>(shared);
+  T* const shared_w1 = shared_w0 + c1 * kRow0;
+  T* const shared_x = shared_w1 + kC2 * row1;
+  float* const shared_bias0 = reinterpret_cast<float*>(shared_x + 2 * kTile * kRow0);
+  float* const shared_bias1 = shared_bias0 + c1;
+  const int thread = threadIdx.x, lane = thread & 31, warp = thread >> 5;
+  const int64_t tiles = (pixels + kTile - 1) / kTile;
+  // Pixels past the last are zeros (their outputs are not stored).
+  const auto load_tile = [&](int64_t tile, int buffer) {
+    for (int v = thread; v < kTile * kVectors0; v += kThreads) {
+      const int r = v / kVectors0, c = (v % kVectors0) * 8;
+      const int64_t pixel = tile * kTile + r;
+      const bool valid = pixel < pixels;
+      CopyAsync16(shared_x + (buffer * kTile + r) * kRow0 + c, x + (valid ? pixel * kC0 + c : 0),
+                  valid);
+    }
+  };
+  for (int v = thread; v < c1 * kVectors0; v += kThreads) {
+    const int r = v / kVectors0, c = (v % kVectors0) * 8;
+    CopyAsync16(shared_w0 + r * kRow0 + c, w0 + r * kC0 + c, true);
+  }
+  const int vectors1 = c1 / 8;
+  for (int v = thread; v < kC2 * vectors1; v += kThreads) {
+    const int r = v / vectors1, c = (v % vectors1) * 8;
+    CopyAsync16(shared_w1 + r * row1 + c, w1 + r * c1 + c, true);
+  }
+  for (int i = thread; i < c1; i += kThreads) {
+    shared_bias0[i] = bias0 != nullptr ? ToFloat(bias0[i]) : 0.f;
+  }
+  for (int i = thread; i < kC2; i += kThreads) {
+    shared_bias1[i] = bias1 != nullptr ? ToFloat(bias1[i]) : 0.f;
+  }
+  int64_t tile = blockIdx.x;
+  if (tile < tiles) load_tile(tile, 0);
+  CopyAsyncCommit();
+  CopyAsyncWait();
+  __syncthreads();
+
+  // Fragment coordinates: C and A rows g (and g + 8), columns 2t; the rows
+  // and columns whose addresses this lane gives ldmatrix for A and for B.
+  const int g = lane >> 2, t = lane & 3;
+  const int a_row = lane & 15, a_column = (lane >> 4) * 8;
+  const int b_row = (lane & 7) + ((lane >> 4) << 3), b_column = ((lane >> 3) & 1) * 8;
+  for (int buffer = 0; tile < tiles; tile += gridDim.x, buffer ^= 1) {
+    const int64_t next = tile + gridDim.x;
+    if (next < tiles) load_tile(next, buffer ^ 1);
+    CopyAsyncCommit();
+    const T* const tile_x = shared_x + (buffer * kTile + warp * kRowsPerWarp) * kRow0;
+    unsigned x_fragments[2][kSteps0][4];
+#pragma unroll
+    for (int m = 0; m < 2; ++m) {
+#pragma unroll
+      for (int k = 0; k < kSteps0; ++k) {
+        LdMatrixX4(x_fragments[m][k], tile_x + (m * 16 + a_row) * kRow0 + k * 16 + a_column);
+      }
+    }
+    float acc1[2][kBlocks2][4] = {};
+#pragma unroll 1
+    for (int chunk = 0; chunk < c1; chunk += kChunk) {
+      float acc0[2][4][4] = {};
+#pragma unroll
+      for (int k = 0; k < kSteps0; ++k) {
+#pragma unroll
+        for (int n = 0; n < 4; n += 2) {
+          unsigned b[4];
+          LdMatrixX4(b, shared_w0 + (chunk + n * 8 + b_row) * kRow0 + k * 16 + b_column);
+#pragma unroll
+          for (int m = 0; m < 2; ++m) {
+            Mma<T>(acc0[m][n], x_fragments[m][k], b[0], b[1]);
+            Mma<T>(acc0[m][n + 1], x_fragments[m][k], b[2], b[3]);
+          }
+        }
+      }
+      unsigned hidden[2][2][4];
+      WithKind(activation0,
+               HiddenEpilogue<T>{acc0, hidden, shared_bias0, activation0, chunk, t});
+#pragma unroll
+      for (int k = 0; k < 2; ++k) {
+#pragma unroll
+        for (int n = 0; n < kBlocks2; n += 2) {
+          unsigned b[4];
+          LdMatrixX4(b, shared_w1 + (n * 8 + b_row) * row1 + chunk + k * 16 + b_column);
+#pragma unroll
+          for (int m = 0; m < 2; ++m) {
+            Mma<T>(acc1[m][n], hidden[m][k], b[0], b[1]);
+            Mma<T>(acc1[m][n + 1], hidden[m][k], b[2], b[3]);
+          }
+        }
+      }
+    }
+    WithKind(activation1,
+             OutputEpilogue<T, kC2>{acc1, shared_bias1, activation1, y,
+                                    tile * kTile + warp * kRowsPerWarp, pixels, g, t});
+    CopyAsyncWait();
+    __syncthreads();
+  }
+}
+
+struct PairLaunch {
+  const ConvLayerProblem& first;
+  const ConvLayerProblem& second;
+  const PointwisePairBuffers& buffers;
+  int blocks;  // 0: only set the shared memory limit and count resident blocks
+  cudaStream_t stream;
+  int* resident;  // set when blocks == 0
+};
+
+template <typename T, int kC0, int kC2>
+absl::Status LaunchTyped(const PairLaunch& launch) {
+  const auto kernel = PointwisePairKernel<T, kC0, kC2>;
+  const int64_t shared_bytes = PointwisePairSharedBytes(launch.first, launch.second);
+  CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(
+      kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared_bytes)));
+  if (launch.blocks == 0) {
+    CUDA_RETURN_IF_ERROR(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+        launch.resident, kernel, kThreads, static_cast<size_t>(shared_bytes)));
+    return absl::OkStatus();
+  }
+  const PointwisePairBuffers& b = launch.buffers;
+  const Shape& x = launch.first.input;
+  kernel<<<launch.blocks, kThreads, shared_bytes, launch.stream>>>(
+      static_cast<const T*>(b.x), static_cast<const T*>(b.w0),
+      launch.first.has_bias ? static_cast<const T*>(b.bias0) : nullptr,
+      launch.first.activation, static_cast<const T*>(b.w1),
+      launch.second.has_bias ? static_cast<const T*>(b.bias1) : nullptr,
+      launch.second.activation, static_cast<T*>(b.y), x[0] * x[2] * x[3],
+      static_cast<int>(launch.first.output[1]));
+  CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  return absl::OkStatus();
+}
+
+template <typename T, int kC0>
+absl::Status DispatchC2(const PairLaunch& launch) {
+  switch (launch.second.output[1]) {
+    case 32: return LaunchTyped<T, kC0, 32>(launch);
+    case 64: return LaunchTyped<T, kC0, 64>(launch);
+  }
+  return absl::InvalidArgumentError("the pair kernel is built for 32 or 64 outputs");
+}
+
+template <typename T>
+absl::Status DispatchC0(const PairLaunch& launch) {
+  switch (launch.first.input[1]) {
+    case 32: return DispatchC2<T, 32>(launch);
+    case 64: return DispatchC2<T, 64>(launch);
+  }
+  return absl::InvalidArgumentError("the pair kernel is built for 32 or 64 inputs");
+}
+
+absl::Status Dispatch(const PairLaunch& launch) {
+  switch (launch.first.dtype) {
+    case DType::kFloat16: return DispatchC0<__half>(launch);
+    case DType::kBFloat16: return DispatchC0<__nv_bfloat16>(launch);
+    case DType::kFloat32: break;
+  }
+  return absl::InvalidArgumentError("the pair kernel runs float16 and bfloat16 only");
+}
+
+}  // namespace
+
+absl::StatusOr<int64_t> PointwisePairSharedLimit() {
+  int device = 0, limit = 0;
+  CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
+  CUDA_RETURN_IF_ERROR(
+      cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  return limit;
+}
+
+absl::StatusOr<int> PointwisePairBlocks(const ConvLayerProblem& first,
+                                        const ConvLayerProblem& second) {
+  int device = 0, sms = 0, resident = 0;
+  CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
+  CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  const PointwisePairBuffers none;
+  RETURN_IF_ERROR(Dispatch({first, second, none, 0, nullptr, &resident}));
+  if (resident == 0) {
+    return absl::ResourceExhaustedError("no block of the pair kernel fits on an SM");
+  }
+  const Shape& x = first.input;
+  const int64_t tiles = (x[0] * x[2] * x[3] + kTile - 1) / kTile;
+  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(tiles, int64_t{resident} * sms)));
+}
+
+absl::Status LaunchPointwisePair(const ConvLayerProblem& first, const ConvLayerProblem& second,
+                                 const PointwisePairBuffers& buffers, int blocks,
+                                 cudaStream_t stream) {
+  for (const void* pointer : {buffers.x, buffers.w0, buffers.w1,
+                              static_cast<const void*>(buffers.y)}) {
+    if (pointer == nullptr || reinterpret_cast<uintptr_t>(pointer) % 16 != 0) {
+      return absl::InvalidArgumentError("a tensor of the pair is missing or not 16-byte aligned");
+    }
+  }
+  if ((first.has_bias && buffers.bias0 == nullptr) ||
+      (second.has_bias && buffers.bias1 == nullptr)) {
+    return absl::InvalidArgumentError("a bias of the pair has no buffer");
+  }
+  if (blocks <= 0) return absl::InvalidArgumentError("the pair launches no blocks");
+  const Shape& x = first.input;
+  if (x[0] * x[2] * x[3] == 0) return absl::OkStatus();
+  return Dispatch({first, second, buffers, blocks, stream, nullptr});
+}
+
+}  // namespace convserve

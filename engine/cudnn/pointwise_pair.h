@@ -1,0 +1,47 @@
+// Two consecutive 1x1 convs run as one kernel of ours, the "pointwise pair"
+// (issue 12; docs/cudnn.md, "Fused 1x1 pairs"):
+//   y = act1(conv(act0(conv(x, w0) + b0), w1) + b1)
+// on 16-bit channels-last tensors. The first conv's C1-channel output never
+// leaves the SM: it is computed 32 channels at a time, rounded to the dtype
+// after its bias and activation (where two separate layers round), and fed
+// straight to the second conv. A ResNet bottleneck stack has such a pair
+// between blocks (the expand 1x1 64->256 and the next block's reduce 1x1
+// 256->64): its 256-channel tensor, written and read back by two layers, is
+// most of their memory traffic. The device pool races the pair against its
+// two layers' plans and keeps the faster (DevicePoolOptions::fuse_pointwise_pairs).
+//
+// This file is the part that needs no GPU (which pairs the kernel runs, and
+// the shared memory it needs); the kernel is in pointwise_pair_kernel.h.
+#ifndef CONVSERVE_ENGINE_CUDNN_POINTWISE_PAIR_H_
+#define CONVSERVE_ENGINE_CUDNN_POINTWISE_PAIR_H_
+
+#include <cstdint>
+#include <string>
+
+#include "engine/conv_layer_problem.h"
+
+namespace convserve {
+
+// Pixels one block computes at a time (4 warps of 32 rows), and the
+// channels of the first conv's output one step computes.
+inline constexpr int64_t kPointwisePairTile = 128;
+inline constexpr int64_t kPointwisePairChunk = 32;
+// Elements of padding after each row of a matrix in shared memory (rows
+// 16 bytes apart from the bank pattern of the one before).
+inline constexpr int64_t kPointwisePairPad = 8;
+// The outer channel counts (C0 in, C2 out) the kernel is built for: 32 or
+// 64 (each further count is 4 more kernels to compile, per dtype).
+inline constexpr int64_t kPointwisePairOuterChannels[] = {32, 64};
+
+// Shared memory one block needs: both weight matrices, two input tiles and
+// both biases (in float).
+int64_t PointwisePairSharedBytes(const ConvLayerProblem& first, const ConvLayerProblem& second);
+// Why `first` followed by `second` (which reads first's output) cannot run
+// as a pointwise pair on a GPU whose blocks may use `shared_bytes` of shared
+// memory, or "" when it can.
+std::string PointwisePairRejection(const ConvLayerProblem& first, const ConvLayerProblem& second,
+                                   int64_t shared_bytes);
+
+}  // namespace convserve
+
+#endif  // CONVSERVE_ENGINE_CUDNN_POINTWISE_PAIR_H_
