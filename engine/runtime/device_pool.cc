@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "absl/container/inlined_vector.h"
+#include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -43,6 +44,11 @@ struct DevicePool::GraphResources {
 };
 
 namespace {
+
+// Set on the status of a pair race in which the kernel lost the GPU: the
+// kernel is quarantined already, and the layers' engines, which ran before
+// it without fault, are not to blame.
+constexpr char kPairKernelFaulted[] = "convserve/pointwise_pair_faulted";
 
 // The quarantine key of the pointwise pair kernel for layer problems
 // `first` and `second`: a pair quarantined on this GPU model runs as its two
@@ -93,6 +99,9 @@ struct DevicePool::Task {
   // A request of the --testing_fault_graph graph: the hook, not an engine,
   // faults.
   bool fault_hook = false;
+  // A pair kernel faulted in its race (kPairKernelFaulted) and is
+  // quarantined: no engine is to blame.
+  bool pair_faulted = false;
 
   std::string Engines() const {
     if (fault_hook) return "testing fault hook (--testing_fault_graph)";
@@ -108,7 +117,7 @@ struct DevicePool::Task {
     return engines;
   }
   std::vector<std::string> QuarantineKeys(const std::string& target_key) const {
-    if (fault_hook) return {};
+    if (fault_hook || pair_faulted) return {};
     std::vector<std::string> keys = PlanQuarantineKeys(target_key, *problems, plans);
     for (size_t i = 0; i < fused.size(); ++i) {
       if (fused[i] != nullptr) {
@@ -1105,7 +1114,8 @@ void DevicePool::RunWarmJob(Device& device, Worker& worker, WarmJob& job) {
   if (!status.ok() && status.code() != absl::StatusCode::kCancelled) {
     const cudaError_t own = cudaStreamSynchronize(worker.stream.get());
     if (IsStickyCudaError(own)) {
-      if (launched && !IsHardwareCudaError(own)) {
+      if (launched && !IsHardwareCudaError(own) &&
+          !status.GetPayload(kPairKernelFaulted).has_value()) {
         // As for a request (RunTask): else the restarted server would warm
         // up, and fault, with the same engines again.
         for (const std::string& key : PlanQuarantineKeys(device.target.Key(), problems, plans)) {
@@ -1486,6 +1496,10 @@ absl::StatusOr<std::shared_ptr<PointwisePairChoice>> DevicePool::PairChoiceFor(
             ASSIGN_OR_RETURN(float ms, layers.Sample());
             layers_ms.push_back(ms);
             kernel_running = true;
+            if (options_.testing_fault_in_pair_race && round == 0) {
+              RETURN_IF_ERROR(LaunchMisalignedWriteForTesting(pair.y, stream));
+              CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+            }
             ASSIGN_OR_RETURN(ms, kernel.Sample());
             kernel_ms.push_back(ms);
           }
@@ -1500,6 +1514,8 @@ absl::StatusOr<std::shared_ptr<PointwisePairChoice>> DevicePool::PairChoiceFor(
           // restarted server must not race it again; the request's fault
           // handling quarantines the layers' engines (RunTask).
           if (kernel_running) {
+            absl::Status blamed = raced;
+            blamed.SetPayload(kPairKernelFaulted, absl::Cord("1"));
             ++in_process_quarantined_;
             store_->Put("quarantine", quarantine_key,
                         absl::StrCat("faulted in its race: ", raced.message()))
@@ -1508,6 +1524,7 @@ absl::StatusOr<std::shared_ptr<PointwisePairChoice>> DevicePool::PairChoiceFor(
                           "{}: {}",
                           graph.name(), layer, layer + 1, device.ordinal,
                           std::string(raced.message()));
+            return blamed;
           }
           return raced;
         }
@@ -1723,12 +1740,15 @@ absl::Status DevicePool::Launch(Device& device, Worker& worker, Task& task, bool
   if (!same_as_last) {
     const std::vector<void*> unfused = TensorPlaces(worker, problems.size(), first_input,
                                                     last_output, FusedPairs(problems.size()));
-    ASSIGN_OR_RETURN(
-        fused, FusePairs(device, worker, graph, problems, plans, segment_ends,
-                         [&](size_t i) {
-                           return LayerBuffers(unfused, weights, worker.workspace.data(), i);
-                         },
-                         settle));
+    absl::StatusOr<FusedPairs> found =
+        FusePairs(device, worker, graph, problems, plans, segment_ends,
+                  [&](size_t i) { return LayerBuffers(unfused, weights, worker.workspace.data(), i); },
+                  settle);
+    if (!found.ok()) {
+      task.pair_faulted = found.status().GetPayload(kPairKernelFaulted).has_value();
+      return found.status();
+    }
+    fused = *std::move(found);
     memo.graph_id = graph.id();
     memo.input_shape = input_shape;
     memo.generation = generation;

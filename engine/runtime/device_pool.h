@@ -122,6 +122,9 @@ struct DevicePoolOptions {
   // Test hook: a raced pointwise pair runs fused even where its two layers
   // were faster (so tests run the fused path on any shape).
   bool testing_always_fuse_pairs = false;
+  // Test hook: a pointwise pair's race launches a misaligned write in place
+  // of the kernel's first sample, losing the GPU as a faulting kernel would.
+  bool testing_fault_in_pair_race = false;
 };
 
 // The outcome of a pointwise pair's race on one GPU model

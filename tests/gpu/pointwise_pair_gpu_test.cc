@@ -9,7 +9,9 @@
 //   under its default flags (the races decide), with every eligible pair
 //   fused (a test hook), and with --fuse_pointwise_pairs=false: the
 //   reference's output in host memory and in place in device memory, on
-//   first runs and on CUDA-graph replays.
+//   first runs and on CUDA-graph replays;
+// - a kernel that faults in its race: quarantined alone, and a new process
+//   on the same plan store runs the two layers unfused.
 // Skips without a GPU.
 //
 // CONVSERVE_PAIR_SEED and CONVSERVE_PAIR_CASES change the random cases.
@@ -19,6 +21,8 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <memory>
 #include <random>
 #include <set>
@@ -225,11 +229,16 @@ PairCase DrawGraphCase(uint64_t seed, std::mt19937_64* rng) {
 
 enum class Fusion { kRaced, kAlways, kOff };
 
-std::unique_ptr<DevicePool> MakePool(Fusion fusion) {
+// `store`: the plan store directory (empty: a private one); `fault`: the
+// race's fault hook.
+std::unique_ptr<DevicePool> MakePool(Fusion fusion, const std::string& store = "",
+                                     bool fault = false) {
   DevicePoolOptions options;  // the server's defaults but for these
   options.devices = {0};
   options.fuse_pointwise_pairs = fusion != Fusion::kOff;
   options.testing_always_fuse_pairs = fusion == Fusion::kAlways;
+  options.testing_fault_in_pair_race = fault;
+  options.plan_cache_dir = store;
   // Engine searches in this process (no prober binary next to the test).
   options.prober_binary = "";
   absl::StatusOr<std::unique_ptr<DevicePool>> pool = DevicePool::Create(options);
@@ -400,6 +409,95 @@ INSTANTIATE_TEST_SUITE_P(Fusion, PoolPairTest,
                                   : info.param == Fusion::kAlways ? std::string("Always")
                                                                   : std::string("Off");
                          });
+
+// ResNet-50's pair, 64->256->64, float16, ReLU and bias, at N=2, 14x14.
+PairCase ResNetPair() {
+  std::mt19937_64 rng(3);
+  v1::GraphDef def;
+  def.set_name("resnet_pair");
+  def.set_data_type(v1::FLOAT16);
+  def.set_layout(v1::NHWC);
+  def.set_input_channels(64);
+  AddLayer(&def, 256, 1, &rng);
+  AddLayer(&def, 64, 1, &rng);
+  for (v1::ConvLayer& layer : *def.mutable_layers()) {
+    layer.mutable_activation()->Clear();
+    layer.mutable_activation()->set_kind(v1::Activation::RELU);
+  }
+  PairCase c;
+  c.input_shape = {2, 64, 14, 14};
+  EXPECT_TRUE(FillParameters(3, /*with_bias=*/true, &def).ok());
+  absl::StatusOr<GraphSpec> spec = GraphSpecFromProto(&def);
+  EXPECT_TRUE(spec.ok()) << spec.status();
+  absl::StatusOr<std::shared_ptr<const Graph>> graph = Graph::Create(*std::move(spec));
+  EXPECT_TRUE(graph.ok()) << graph.status();
+  if (graph.ok()) c.graph = *std::move(graph);
+  return c;
+}
+
+// In a child process (EXPECT_EXIT): the first request of `c` on a pool
+// whose pair race faults (the test hook) on plan store `store`. Exits 0
+// when the request failed UNAVAILABLE, as a lost GPU's requests do; the
+// pool is not destroyed (its GPU is lost).
+void RequestWithAFaultInTheRace(const PairCase& c, const std::string& store) {
+  std::unique_ptr<DevicePool> pool = MakePool(Fusion::kRaced, store, /*fault=*/true);
+  if (pool == nullptr || !pool->AddGraph(c.graph).ok()) std::_Exit(2);
+  std::mt19937_64 rng(5);
+  const std::string input = RandomTensor(DType::kFloat16, NumElements(c.input_shape), 1.0f, &rng);
+  const Answer answer = Infer(*pool, c, input);
+  std::fprintf(stderr, "request: %s\n", answer.status.ToString().c_str());
+  std::fflush(stderr);
+  pool.release();
+  std::_Exit(absl::IsUnavailable(answer.status) ? 0 : 1);
+}
+
+// A fault of the kernel in its race loses that process's GPU and
+// quarantines the pair, and only the pair: a new process on the same plan
+// store runs the two layers on their own (no race), with their engines (none
+// quarantined), and gives the reference's output.
+TEST_F(PointwisePairTest, AKernelThatFaultsInItsRaceIsQuarantinedAlone) {
+  // A fixed path: the threadsafe death test's child runs this body again up
+  // to EXPECT_EXIT, and must find the same directory.
+  const std::string store = ::testing::TempDir() + "convserve_pair_fault_store";
+  std::filesystem::remove_all(store);
+  const PairCase c = ResNetPair();
+  ASSERT_NE(c.graph, nullptr);
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(RequestWithAFaultInTheRace(c, store), ::testing::ExitedWithCode(0),
+              "request: UNAVAILABLE");
+  // One verdict: the pair's (the layers' engines ran before it, unharmed).
+  int verdicts = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(store + "/quarantine")) {
+    verdicts += entry.path().extension() == ".rec";
+  }
+  EXPECT_EQ(verdicts, 1);
+
+  std::unique_ptr<DevicePool> pool = MakePool(Fusion::kRaced, store);
+  ASSERT_NE(pool, nullptr);
+  ASSERT_TRUE(pool->AddGraph(c.graph).ok());
+  std::mt19937_64 rng(9);
+  const std::string input = RandomTensor(DType::kFloat16, NumElements(c.input_shape), 1.0f, &rng);
+  Shape output_shape;
+  const std::vector<double> expected = NaiveForward(*c.graph, c.input_shape, input, &output_shape);
+  for (int r = 0; r < 3; ++r) {
+    const Answer answer = Infer(*pool, c, input);
+    ASSERT_TRUE(answer.status.ok()) << answer.status;
+    EXPECT_LE(RelativeL2Error(DecodeToDouble(DType::kFloat16, answer.output), expected),
+              Bound(DType::kFloat16));
+  }
+  const EngineSearchStats stats = pool->Stats().engine_search;
+  std::printf("after the fault: %lld pairs raced, %lld fused, %lld engines vetoed, %lld "
+              "quarantined, %lld choices from the store\n",
+              static_cast<long long>(stats.pair_races), static_cast<long long>(stats.pairs_fused),
+              static_cast<long long>(stats.vetoed), static_cast<long long>(stats.quarantined),
+              static_cast<long long>(stats.stored_choices));
+  EXPECT_EQ(stats.pair_races, 0);
+  EXPECT_EQ(stats.pairs_fused, 0);
+  EXPECT_EQ(stats.vetoed, 0);
+  EXPECT_EQ(stats.quarantined, 0);
+  pool.reset();
+  std::filesystem::remove_all(store);
+}
 
 }  // namespace
 }  // namespace convserve
