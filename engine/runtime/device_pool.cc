@@ -348,6 +348,21 @@ PointwisePairBuffers PairBuffers(const std::vector<void*>& places, const DeviceW
   return b;
 }
 
+// The key of a choice shared by every graph, worker and GPU of one model
+// (`policy` names the selection and the model): `id` names what is chosen
+// for, `problem` its (first) layer problem.
+PlanKey ModelKey(std::string id, const ConvLayerProblem& problem, std::string policy) {
+  PlanKey key;
+  key.graph_id = std::move(id);
+  key.layer = -1;
+  key.input_shape = problem.input;
+  key.dtype = problem.dtype;
+  key.device = -1;
+  key.worker = -1;
+  key.policy = std::move(policy);
+  return key;
+}
+
 // Whether layer i runs as the second half of a fused pair (not on its own).
 bool FusedIntoPrevious(const FusedPairs& fused, size_t i) {
   return i > 0 && fused[i - 1] != nullptr;
@@ -1324,14 +1339,8 @@ absl::StatusOr<std::shared_ptr<ConvLayerPlan>> DevicePool::LayerPlan(
     } reporter{this, &event, build_start};
     // The choice is shared by every graph, worker and GPU of this model
     // with the same layer problem.
-    PlanKey choice_key;
-    choice_key.graph_id = absl::StrCat("problem:", problem.Encode());
-    choice_key.layer = -1;
-    choice_key.input_shape = problem.input;
-    choice_key.dtype = problem.dtype;
-    choice_key.device = -1;
-    choice_key.worker = -1;
-    choice_key.policy = absl::StrCat(policy_, "/", device.target.Key());
+    const PlanKey choice_key = ModelKey(absl::StrCat("problem:", problem.Encode()), problem,
+                                        absl::StrCat(policy_, "/", device.target.Key()));
     std::optional<ConvLayerPlan> searched;
     ASSIGN_OR_RETURN(
         std::shared_ptr<EngineChoice> choice,
@@ -1438,14 +1447,9 @@ absl::StatusOr<std::shared_ptr<PointwisePairChoice>> DevicePool::PairChoiceFor(
   const ConvLayerProblem& second = problems[layer + 1];
   // Shared by every graph and worker on GPUs of this model, like the
   // layers' engine choices it is raced against.
-  PlanKey key;
-  key.graph_id = absl::StrCat("pointwise_pair:", first.Encode(), "+", second.Encode());
-  key.layer = -1;
-  key.input_shape = first.input;
-  key.dtype = first.dtype;
-  key.device = -1;
-  key.worker = -1;
-  key.policy = absl::StrCat(policy_, "/", device.target.Key());
+  const PlanKey key =
+      ModelKey(absl::StrCat("pointwise_pair:", first.Encode(), "+", second.Encode()), first,
+               absl::StrCat(policy_, "/", device.target.Key()));
   return pair_choices_.GetOrBuild(
       key, [&]() -> absl::StatusOr<PlanCache<PointwisePairChoice>::Built> {
         auto choice = std::make_shared<PointwisePairChoice>();

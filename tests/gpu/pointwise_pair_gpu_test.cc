@@ -161,18 +161,7 @@ class PointwisePairTest : public CudnnDeviceTest {
     const absl::Status ran =
         LaunchPointwisePair(problems[0], problems[1], buffers, *blocks, stream_.get());
     EXPECT_TRUE(ran.ok()) << ran;
-    EXPECT_EQ(cudaStreamSynchronize(stream_.get()), cudaSuccess);
-    std::string actual(output_bytes + kGuardBytes, '\0');
-    EXPECT_EQ(cudaMemcpy(actual.data(), y->data(), actual.size(), cudaMemcpyDeviceToHost),
-              cudaSuccess);
-    size_t overwritten = 0;
-    for (size_t i = output_bytes; i < actual.size(); ++i) {
-      overwritten += static_cast<uint8_t>(actual[i]) != kFill;
-    }
-    EXPECT_EQ(overwritten, 0u) << "bytes written past the output";
-    actual.resize(output_bytes);
-    if (!ran.ok()) return INFINITY;
-    return RelativeL2Error(DecodeToDouble(dtype, actual), expected);
+    return ReadGuarded(*y, output_bytes, dtype, expected, ran.ok());
   }
 };
 

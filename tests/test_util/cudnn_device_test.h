@@ -67,9 +67,18 @@ class CudnnDeviceTest : public ::testing::Test {
     absl::Status ran = plan.Bind(problem, buffers);
     if (ran.ok()) ran = plan.RunBound(handle_.get(), stream_.get(), problem);
     EXPECT_TRUE(ran.ok()) << ran;
+    return ReadGuarded(*y, output_bytes, problem.dtype, expected, ran.ok());
+  }
+
+  // After a run on the stream into `y` (an output of `output_bytes`, then
+  // kGuardBytes of guard, all filled with kFill first): waits for it,
+  // expects no guard byte written and returns the relative L2 error of the
+  // output against `expected` (infinity when the run failed, `ran` false).
+  double ReadGuarded(const DeviceBuffer& y, size_t output_bytes, DType dtype,
+                     const std::vector<double>& expected, bool ran) {
     EXPECT_EQ(cudaStreamSynchronize(stream_.get()), cudaSuccess);
     std::string actual(output_bytes + kGuardBytes, '\0');
-    EXPECT_EQ(cudaMemcpy(actual.data(), y->data(), actual.size(), cudaMemcpyDeviceToHost),
+    EXPECT_EQ(cudaMemcpy(actual.data(), y.data(), actual.size(), cudaMemcpyDeviceToHost),
               cudaSuccess);
     size_t overwritten = 0;
     for (size_t i = output_bytes; i < actual.size(); ++i) {
@@ -77,8 +86,8 @@ class CudnnDeviceTest : public ::testing::Test {
     }
     EXPECT_EQ(overwritten, 0u) << "bytes written past the output";
     actual.resize(output_bytes);
-    if (!ran.ok()) return INFINITY;
-    return RelativeL2Error(DecodeToDouble(problem.dtype, actual), expected);
+    if (!ran) return INFINITY;
+    return RelativeL2Error(DecodeToDouble(dtype, actual), expected);
   }
 
   CudnnTarget target_;
