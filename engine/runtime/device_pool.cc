@@ -1236,8 +1236,7 @@ absl::Status DevicePool::RunLayersOnce(Device& device, Worker& worker, const Gra
   ASSIGN_OR_RETURN(
       const FusedPairs fused,
       FusePairs(device, worker, graph, problems, plans, SegmentEnds(problems, plans),
-                [&](size_t i) { return LayerBuffers(unfused, weights, worker.workspace.data(), i); },
-                [] { return absl::OkStatus(); }));
+                unfused, weights, [] { return absl::OkStatus(); }));
   if (std::any_of(fused.begin(), fused.end(), [](const auto& pair) { return pair != nullptr; })) {
     const std::vector<void*> places =
         TensorPlaces(worker, problems.size(), worker.input.data(), nullptr, fused);
@@ -1414,9 +1413,8 @@ absl::StatusOr<FusedPairs> DevicePool::FusePairs(
     Device& device, Worker& worker, const Graph& graph,
     const std::vector<ConvLayerProblem>& problems,
     const std::vector<std::shared_ptr<ConvLayerPlan>>& plans,
-    const std::vector<size_t>& segment_ends,
-    const std::function<ConvLayerBuffers(size_t)>& unfused_buffers,
-    const std::function<absl::Status()>& settle) {
+    const std::vector<size_t>& segment_ends, const std::vector<void*>& unfused_places,
+    const DeviceWeights& weights, const std::function<absl::Status()>& settle) {
   FusedPairs fused(problems.size());
   if (!options_.fuse_pointwise_pairs || problems.size() < 2) return fused;
   ASSIGN_OR_RETURN(const int64_t shared_limit, PointwisePairSharedLimit());
@@ -1427,8 +1425,8 @@ absl::StatusOr<FusedPairs> DevicePool::FusePairs(
       continue;
     }
     ASSIGN_OR_RETURN(std::shared_ptr<PointwisePairChoice> choice,
-                     PairChoiceFor(device, worker, graph, i, problems, plans, unfused_buffers,
-                                   settle));
+                     PairChoiceFor(device, worker, graph, i, problems, plans, unfused_places,
+                                   weights, settle));
     if (choice->fused) {
       fused[i] = std::move(choice);
       ++i;  // layer i + 1 is taken
@@ -1441,7 +1439,7 @@ absl::StatusOr<std::shared_ptr<PointwisePairChoice>> DevicePool::PairChoiceFor(
     Device& device, Worker& worker, const Graph& graph, size_t layer,
     const std::vector<ConvLayerProblem>& problems,
     const std::vector<std::shared_ptr<ConvLayerPlan>>& plans,
-    const std::function<ConvLayerBuffers(size_t)>& unfused_buffers,
+    const std::vector<void*>& unfused_places, const DeviceWeights& weights,
     const std::function<absl::Status()>& settle) {
   const ConvLayerProblem& first = problems[layer];
   const ConvLayerProblem& second = problems[layer + 1];
@@ -1464,16 +1462,13 @@ absl::StatusOr<std::shared_ptr<PointwisePairChoice>> DevicePool::PairChoiceFor(
         }
         ++pair_races_;
         cudaStream_t stream = worker.stream.get();
-        const ConvLayerBuffers a = unfused_buffers(layer);
-        const ConvLayerBuffers b = unfused_buffers(layer + 1);
+        void* const workspace = worker.workspace.data();
+        const ConvLayerBuffers a = LayerBuffers(unfused_places, weights, workspace, layer);
+        const ConvLayerBuffers b = LayerBuffers(unfused_places, weights, workspace, layer + 1);
         // The kernel writes the buffer of ping and pong that it does not
-        // read (the race's outputs are dropped).
-        PointwisePairBuffers pair;
-        pair.x = a.x;
-        pair.w0 = a.w;
-        pair.bias0 = a.bias;
-        pair.w1 = b.w;
-        pair.bias1 = b.bias;
+        // read (unfused, layer + 1's output may be this pair's input; the
+        // race's outputs are dropped).
+        PointwisePairBuffers pair = PairBuffers(unfused_places, weights, layer);
         pair.y = a.x == worker.ping.data() ? worker.pong.data() : worker.ping.data();
         // Each sample waits for its runs, so a fault surfaces in the sample
         // of whichever side caused it.
@@ -1745,9 +1740,7 @@ absl::Status DevicePool::Launch(Device& device, Worker& worker, Task& task, bool
     const std::vector<void*> unfused = TensorPlaces(worker, problems.size(), first_input,
                                                     last_output, FusedPairs(problems.size()));
     absl::StatusOr<FusedPairs> found =
-        FusePairs(device, worker, graph, problems, plans, segment_ends,
-                  [&](size_t i) { return LayerBuffers(unfused, weights, worker.workspace.data(), i); },
-                  settle);
+        FusePairs(device, worker, graph, problems, plans, segment_ends, unfused, weights, settle);
     if (!found.ok()) {
       task.pair_faulted = found.status().GetPayload(kPairKernelFaulted).has_value();
       return found.status();

@@ -235,20 +235,19 @@ class DevicePool : public RequestRunner {
   // is set when layers i and i+1 do. A pair never straddles one of
   // `segment_ends` (a replay still stops there). Races each eligible pair not
   // raced yet on this GPU model (PairChoiceFor), with the plans bound to
-  // `unfused_buffers(i)` (each layer's buffers when none is fused); `settle`
+  // their buffers at `unfused_places` (TensorPlaces with none fused); `settle`
   // waits for the worker's stream first.
   absl::StatusOr<FusedPairs> FusePairs(
       Device& device, Worker& worker, const Graph& graph,
       const std::vector<ConvLayerProblem>& problems,
       const std::vector<std::shared_ptr<ConvLayerPlan>>& plans,
-      const std::vector<size_t>& segment_ends,
-      const std::function<ConvLayerBuffers(size_t)>& unfused_buffers,
-      const std::function<absl::Status()>& settle);
+      const std::vector<size_t>& segment_ends, const std::vector<void*>& unfused_places,
+      const DeviceWeights& weights, const std::function<absl::Status()>& settle);
   absl::StatusOr<std::shared_ptr<PointwisePairChoice>> PairChoiceFor(
       Device& device, Worker& worker, const Graph& graph, size_t layer,
       const std::vector<ConvLayerProblem>& problems,
       const std::vector<std::shared_ptr<ConvLayerPlan>>& plans,
-      const std::function<ConvLayerBuffers(size_t)>& unfused_buffers,
+      const std::vector<void*>& unfused_places, const DeviceWeights& weights,
       const std::function<absl::Status()>& settle);
   absl::StatusOr<EngineChoice> SearchEngine(Device& device, Worker& worker,
                                             const ConvLayerProblem& problem,
