@@ -22,6 +22,7 @@
 #include "engine/cudnn/device_dtype.cuh"
 #include "engine/cudnn/pointwise_pair.h"
 #include "engine/cudnn/pointwise_pair_kernel.h"
+#include "engine/cudnn/tensor_core.cuh"
 #include "engine/status_macros.h"
 
 namespace convserve {
@@ -35,79 +36,6 @@ constexpr int kChunk = static_cast<int>(kPointwisePairChunk);
 constexpr int kPad = static_cast<int>(kPointwisePairPad);
 static_assert(kTile == kWarps * kRowsPerWarp, "a tile is one row block per warp");
 static_assert(kChunk == 32, "the epilogue of a chunk fills two k16 A fragments");
-
-// mma.sync m16n8k16, row-major A, column-major B, float32 C += A * B.
-template <typename T>
-__device__ inline void Mma(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1);
-template <>
-__device__ inline void Mma<__half>(float (&c)[4], const unsigned (&a)[4], unsigned b0,
-                                   unsigned b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-template <>
-__device__ inline void Mma<__nv_bfloat16>(float (&c)[4], const unsigned (&a)[4], unsigned b0,
-                                          unsigned b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-// Two floats rounded to T, as one 32-bit register (lo in the low half).
-template <typename T>
-__device__ inline unsigned Pack(float lo, float hi) {
-  const T pair[2] = {FromFloat<T>(lo), FromFloat<T>(hi)};
-  unsigned bits;
-  memcpy(&bits, pair, sizeof(bits));
-  return bits;
-}
-
-__device__ inline void LdMatrixX4(unsigned (&r)[4], const void* shared) {
-  const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(shared));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(address));
-}
-
-// 16 bytes from global to shared memory, or 16 zero bytes when !valid.
-__device__ inline void CopyAsync16(void* shared, const void* global, bool valid) {
-  const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(shared));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(address), "l"(global),
-               "r"(valid ? 16 : 0));
-}
-__device__ inline void CopyAsyncCommit() { asm volatile("cp.async.commit_group;\n"); }
-__device__ inline void CopyAsyncWait() { asm volatile("cp.async.wait_group 0;\n"); }
-
-// The activation with its kind fixed at compile time (the switch in
-// ApplyActivation folds away): the formulas the CPU reference and the
-// bias+activation kernel use.
-template <ActivationKind K>
-__device__ inline float Activate(const Activation& activation, float x) {
-  Activation fixed = activation;
-  fixed.kind = K;
-  return ApplyActivation(fixed, x);
-}
-
-// Calls epilogue.template Run<K>() for the kind of `activation`.
-template <typename Epilogue>
-__device__ inline void WithKind(const Activation& activation, const Epilogue& epilogue) {
-  switch (activation.kind) {
-    case ActivationKind::kIdentity: epilogue.template Run<ActivationKind::kIdentity>(); break;
-    case ActivationKind::kRelu: epilogue.template Run<ActivationKind::kRelu>(); break;
-    case ActivationKind::kTanh: epilogue.template Run<ActivationKind::kTanh>(); break;
-    case ActivationKind::kSigmoid: epilogue.template Run<ActivationKind::kSigmoid>(); break;
-    case ActivationKind::kElu: epilogue.template Run<ActivationKind::kElu>(); break;
-    case ActivationKind::kGelu: epilogue.template Run<ActivationKind::kGelu>(); break;
-    case ActivationKind::kGeluTanh: epilogue.template Run<ActivationKind::kGeluTanh>(); break;
-    case ActivationKind::kSoftplus: epilogue.template Run<ActivationKind::kSoftplus>(); break;
-    case ActivationKind::kSwish: epilogue.template Run<ActivationKind::kSwish>(); break;
-  }
-}
 
 // The first conv's epilogue for one 32-channel chunk starting at `chunk`:
 // accumulators (2 row blocks of 16 x 4 column blocks of 8) plus bias,
@@ -134,21 +62,6 @@ __device__ inline void HiddenChunk(const float (&acc)[2][4][4], const float* bia
     }
   }
 }
-
-// A plain ReLU, clipped at `clip` (infinity: not clipped), as two min/max:
-// the first conv's activation in ResNets. The general form (Activate<kRelu>)
-// took about five more instructions per element, which made the kernel
-// issue 1.7 times the instructions of one written for ReLU alone (ncu).
-struct ClippedRelu {
-  float clip;
-  __device__ float operator()(float x) const { return fminf(fmaxf(x, 0.f), clip); }
-};
-
-template <ActivationKind K>
-struct KindActivation {
-  const Activation& activation;
-  __device__ float operator()(float x) const { return Activate<K>(activation, x); }
-};
 
 // HiddenChunk for any activation (WithKind picks K once per chunk).
 template <typename T>
@@ -303,7 +216,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   int64_t tile = blockIdx.x;
   if (tile < tiles) load_tile(tile, 0);
   CopyAsyncCommit();
-  CopyAsyncWait();
+  CopyAsyncWait<0>();
   __syncthreads();
 
   // Fragment coordinates: C and A rows g (and g + 8), columns 2t; the rows
@@ -348,7 +261,7 @@ __global__ void __launch_bounds__(kThreads, 2)
       WithKind(activation1,
                OutputEpilogue<T, kC2>{acc1, shared_bias1, activation1, y, first_row, pixels, g, t});
     }
-    CopyAsyncWait();
+    CopyAsyncWait<0>();
     __syncthreads();
   }
 }
