@@ -38,6 +38,7 @@ if [[ " $steps " == *" tests "* ]]; then
   summary+=("cudnn_backend_test rc=$rc $(grep -E '^\[  PASSED  \]|FAILED TEST' "$out/cudnn_backend_test.log" | tr '\n' ' ')")
   gtest gpu_server_test 120 "relative L2"
   gtest direct_conv_gpu_test 300 "^direct depthwise|winner"
+  gtest direct_gemm_gpu_test 300 "^direct gemm, |^race"
   gtest pointwise_pair_gpu_test 300 "^pointwise pair|^pool "
   gtest knob_search_gpu_test 300 "^knob search|  float|  bfloat|winner|alone by name"
 fi

@@ -269,15 +269,22 @@ absl::StatusOr<SearchReport> SearchEngines(ConvLayerPlanner& planner, cudaStream
     }
   }
 
-  // Autotune's knob search: the winner's engine with one knob moved, around
-  // each new winner, within the budget.
+  // Autotune's knob search: the best cuDNN plan's engine with one knob
+  // moved, around each new best, within the budget (our kernels' knobs are
+  // all raced already).
   int knob_budget = autotune && options.only.empty()
                         ? planner.selection().autotune_knob_candidates
                         : 0;
-  while (knob_budget > 0 && !kept.empty() && graphs.contains(kept.front().path())) {
+  const auto best_cudnn = [&]() -> const ConvLayerPlan* {
+    for (const ConvLayerPlan& plan : kept) {
+      if (graphs.contains(plan.path())) return &plan;
+    }
+    return nullptr;
+  };
+  while (knob_budget > 0 && best_cudnn() != nullptr) {
     std::vector<EngineConfigId> tried;
     for (const CandidateResult& result : report.results) tried.push_back(result.id);
-    const EngineConfigId center = kept.front().id();
+    const EngineConfigId center = best_cudnn()->id();
     absl::StatusOr<CandidateSet> set =
         planner.KnobNeighbours(problem, graphs[center.path], center, tried, knob_budget);
     if (!set.ok()) {
@@ -291,7 +298,8 @@ absl::StatusOr<SearchReport> SearchEngines(ConvLayerPlanner& planner, cudaStream
       ASSIGN_OR_RETURN(const bool ran, try_candidate(*set, i, false, /*knob_search=*/true));
       if (ran) --knob_budget;
     }
-    if (kept.front().id() == center) break;
+    const ConvLayerPlan* now = best_cudnn();
+    if (now == nullptr || now->id() == center) break;
   }
 
   // Autotune's final: the kept plans within kFinalistSpread of the best are

@@ -14,14 +14,19 @@ namespace convserve {
 
 // INVALID_ARGUMENT when a tensor of `buffers` is missing or not 16-byte
 // aligned (as every tensor is declared to cuDNN). The kernels use x, w
-// (depthwise weights, K x 1 x R x S: the same bytes in either layout), bias
-// and y; no workspace.
+// (depthwise weights, K x 1 x R x S: the same bytes in either layout; dense
+// ones KRSC, as channels-last layers declare them), bias and y; no
+// workspace.
 absl::Status CheckDirectConvBuffers(const ConvLayerProblem& problem,
                                     const ConvLayerBuffers& buffers);
 // Queues configuration `id` of the direct path for `problem` on `stream`:
 // `id` is one of DirectConvConfigs(problem) and `buffers` passed
 // CheckDirectConvBuffers. Errors are launch errors.
 absl::Status LaunchDirectConv(const ConvLayerProblem& problem, const EngineConfigId& id,
+                              const ConvLayerBuffers& buffers, cudaStream_t stream);
+// LaunchDirectConv for the implicit GEMM (engine kDirectGemmEngine).
+// FAILED_PRECONDITION on a GPU without thread-block clusters.
+absl::Status LaunchDirectGemm(const ConvLayerProblem& problem, const EngineConfigId& id,
                               const ConvLayerBuffers& buffers, cudaStream_t stream);
 
 }  // namespace convserve

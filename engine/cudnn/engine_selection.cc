@@ -5,6 +5,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "engine/cudnn/direct_conv.h"
 
 namespace convserve {
 
@@ -16,6 +17,14 @@ std::string ConfigRejection(const EngineSelection& selection, const CudnnTarget&
                             const ConvLayerProblem& problem, const EngineConfigId& id) {
   if (id.path == LayerPath::kDirect && !selection.direct_kernels) {
     return "convserve's own kernels are off (--direct_kernels=false)";
+  }
+  if (id.path == LayerPath::kDirect && id.engine == kDirectGemmEngine &&
+      target.compute_capability > 0 &&
+      target.compute_capability < kDirectGemmComputeCapability) {
+    return absl::StrCat("the implicit GEMM needs thread-block clusters (compute capability ",
+                        kDirectGemmComputeCapability / 10, ".", kDirectGemmComputeCapability % 10,
+                        "; this GPU has ", target.compute_capability / 10, ".",
+                        target.compute_capability % 10, ")");
   }
   if (id.path != LayerPath::kDirect && selection.blocklist.contains(id.engine)) {
     return "blocklisted (--engine_blocklist)";

@@ -1,4 +1,5 @@
-// Which layers and configurations the direct path has (direct_conv.h), and
+// Which layers and configurations the direct path has (direct_conv.h): the
+// depthwise kernel and the implicit GEMM, and
 // how the selection filters treat it: --direct_kernels, the cuDNN engine
 // blocklist (which does not apply to our engine numbers) and errata rules
 // (which apply only when they name the path). No GPU needed.
@@ -55,11 +56,18 @@ TEST(DirectConvTest, DepthwiseLayersHaveTheirConfigurations) {
 }
 
 TEST(DirectConvTest, OtherLayersAreRefusedWithTheReason) {
+  // A dense layer goes to the implicit GEMM, which needs C % 32 == 0.
   ConvLayerProblem dense = Depthwise();
   dense.weights = {144, 144, 3, 3};
-  EXPECT_FALSE(DirectPathApplies(dense));
-  EXPECT_NE(DirectConvRejection(dense).find("depthwise"), std::string::npos);
+  EXPECT_TRUE(DirectPathApplies(dense));
+  EXPECT_NE(DirectConvRejection(dense).find("multiple of 32 (have 144)"), std::string::npos)
+      << DirectConvRejection(dense);
   EXPECT_TRUE(DirectConvConfigs(dense).empty());
+
+  ConvLayerProblem grouped = Depthwise();  // groups == 2
+  grouped.weights = {144, 72, 3, 3};
+  EXPECT_FALSE(DirectPathApplies(grouped));
+  EXPECT_NE(DirectConvRejection(grouped).find("depthwise"), std::string::npos);
 
   ConvLayerProblem multiplier = Depthwise();  // groups == C, K = 2C
   multiplier.weights = {288, 1, 3, 3};
@@ -77,6 +85,92 @@ TEST(DirectConvTest, OtherLayersAreRefusedWithTheReason) {
   EXPECT_TRUE(DirectPathApplies(wide));
   EXPECT_NE(DirectConvRejection(wide).find("289 taps"), std::string::npos);
   EXPECT_TRUE(DirectConvConfigs(wide).empty());
+}
+
+// ResNet-50's last 3x3 layer at batch 1: 512 -> 512 channels at 7x7,
+// float16 NHWC.
+ConvLayerProblem Dense() {
+  ConvLayerProblem p = Depthwise();
+  p.input = {1, 512, 7, 7};
+  p.weights = {512, 512, 3, 3};
+  p.output = {1, 512, 7, 7};
+  return p;
+}
+
+TEST(DirectConvTest, DenseLayersHaveTheImplicitGemmConfigurations) {
+  const ConvLayerProblem p = Dense();
+  EXPECT_TRUE(DirectPathApplies(p));
+  EXPECT_EQ(DirectConvRejection(p), "");
+  std::vector<std::string> names;
+  for (const EngineConfigId& id : DirectConvConfigs(p)) {
+    names.push_back(id.ToString());
+    EXPECT_EQ(ConfigId(id.ToString()), id) << "parses back";
+    EXPECT_EQ(DirectConfigRejection(p, id), "");
+  }
+  // One pixel tile; 8 or 16 channel tiles; ordered by how near the block
+  // count comes to 132 (128, 64, 64, 32, 32, 16, 16, 8 blocks).
+  EXPECT_EQ(names, (std::vector<std::string>{
+                       "direct:e1:k2=32,k3=8", "direct:e1:k2=64,k3=8", "direct:e1:k2=32,k3=4",
+                       "direct:e1:k2=64,k3=4", "direct:e1:k2=32,k3=2", "direct:e1:k2=64,k3=2",
+                       "direct:e1:k2=32,k3=1", "direct:e1:k2=64,k3=1"}));
+
+  // A reduction of one step (a 1x1 conv on 32 channels) is not split.
+  ConvLayerProblem narrow = p;
+  narrow.input = {1, 32, 7, 7};
+  narrow.weights = {512, 32, 1, 1};
+  narrow.pad_before = narrow.pad_after = {0, 0};
+  names.clear();
+  for (const EngineConfigId& id : DirectConvConfigs(narrow)) names.push_back(id.ToString());
+  EXPECT_EQ(names,
+            (std::vector<std::string>{"direct:e1:k2=32,k3=1", "direct:e1:k2=64,k3=1"}));
+}
+
+TEST(DirectConvTest, TheImplicitGemmRefusesWhatItDoesNotRun) {
+  const auto rejection = [](ConvLayerProblem p) {
+    EXPECT_TRUE(DirectConvConfigs(p).empty());
+    return DirectConvRejection(p);
+  };
+  ConvLayerProblem p = Dense();
+  p.dtype = DType::kFloat32;
+  EXPECT_NE(rejection(p).find("float16 and bfloat16"), std::string::npos);
+  p = Dense();
+  p.channels_last = false;
+  EXPECT_NE(rejection(p).find("channels-last"), std::string::npos);
+  p = Dense();
+  p.input[1] = 48;
+  p.weights[1] = 48;
+  EXPECT_NE(rejection(p).find("input channels a multiple of 32 (have 48)"), std::string::npos);
+  p = Dense();
+  p.output[1] = 12;
+  p.weights[0] = 12;
+  EXPECT_NE(rejection(p).find("output channels a multiple of 8 (have 12)"), std::string::npos);
+  p = Dense();
+  p.input = {1, 512, 1 << 15, 1 << 15};
+  EXPECT_NE(rejection(p).find("elements"), std::string::npos);
+
+  const ConvLayerProblem dense = Dense();
+  EXPECT_NE(DirectConfigRejection(dense, ConfigId("direct:e1:k2=48,k3=1")), "");
+  EXPECT_NE(DirectConfigRejection(dense, ConfigId("direct:e1:k2=64,k3=16")), "");
+  EXPECT_NE(DirectConfigRejection(dense, ConfigId("direct:e0:k0=2,k1=16")), "");
+  EXPECT_NE(DirectConfigRejection(Depthwise(), ConfigId("direct:e1:k2=64,k3=1")), "");
+}
+
+// Thread-block clusters: compute capability 9.0. An unknown target (0)
+// leaves the check to the launch.
+TEST(DirectConvTest, TheImplicitGemmNeedsClusters) {
+  const ConvLayerProblem p = Dense();
+  const EngineSelection selection;
+  CudnnTarget target;
+  target.compute_capability = 80;
+  EXPECT_NE(ConfigRejection(selection, target, p, ConfigId("direct:e1:k2=64,k3=1"))
+                .find("compute capability 9.0; this GPU has 8.0"),
+            std::string::npos);
+  EXPECT_EQ(ConfigRejection(selection, target, Depthwise(), ConfigId("direct:e0:k0=2,k1=16")),
+            "");
+  for (int capability : {0, 90, 100}) {
+    target.compute_capability = capability;
+    EXPECT_EQ(ConfigRejection(selection, target, p, ConfigId("direct:e1:k2=64,k3=1")), "");
+  }
 }
 
 TEST(DirectConvTest, UnknownConfigurationsAreRefused) {

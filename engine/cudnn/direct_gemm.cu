@@ -1,0 +1,458 @@
+// The direct path's implicit GEMM (engine 1 of engine/cudnn/direct_conv.h).
+//
+// The conv as a GEMM: rows are output pixels (N*P*Q), columns output
+// channels (K), the reduction runs over R*S*C in steps of one tap's 32
+// channels, so a step's input is 64 contiguous bytes of a pixel (or zeros
+// where the tap falls in the padding) and its weights 64 contiguous bytes of
+// a channel's KRSC row. A block computes 64 pixels by kTileChannels
+// channels with mma.sync m16n8k16 (float32 accumulation).
+//
+// The layers this engine is for have few output tiles and long reductions,
+// and with one warp per scheduler a block issued an instruction every 5
+// cycles (ncu): each step waited on its own address arithmetic and
+// ldmatrix/mma latencies. So a block has kGroups groups of 4 warps, each
+// warp 16 pixel rows; a pipeline stage holds kGroups consecutive steps, one
+// per group, and kStages stages are in flight through cp.async. The groups
+// add their sums in shared memory at the end.
+//
+// A cluster of `splits` blocks (grid z) shares one output tile, each block
+// taking a contiguous part of the reduction. After a cluster barrier block z
+// adds the 64/splits rows it owns from every block's shared memory
+// (distributed shared memory), applies bias and activation, rounds once and
+// writes Y; a second barrier keeps each block's shared memory alive until
+// all have read it.
+#include <cooperative_groups.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+
+#include "absl/strings/str_cat.h"
+#include "engine/cudnn/cudnn_status.h"
+#include "engine/cudnn/direct_conv.h"
+#include "engine/cudnn/direct_conv_kernel.h"
+#include "engine/cudnn/tensor_core.cuh"
+#include "engine/status_macros.h"
+
+namespace convserve {
+namespace {
+
+namespace cg = cooperative_groups;
+
+constexpr int kGroupWarps = 4;
+constexpr int kGroupThreads = 32 * kGroupWarps;
+constexpr int kGroups = 4;
+constexpr int kThreads = kGroups * kGroupThreads;
+constexpr int kTilePixels = static_cast<int>(kDirectGemmTilePixels);
+constexpr int kChunk = static_cast<int>(kDirectGemmChunk);
+constexpr int kStages = 4;
+// 16-byte segments in a step's row (of one pixel or one output channel).
+constexpr int kSegments = kChunk * 2 / 16;
+static_assert(kTilePixels == 16 * kGroupWarps, "a warp owns 16 pixel rows");
+static_assert(kSegments == 4, "the swizzle spreads 4 segments over the banks");
+
+// Element counts and offsets fit in 32 bits (kDirectMaxElements).
+struct GemmDims {
+  int n, h, w, c;  // input
+  int p, q, k;     // output rows, columns and channels
+  int r, s;        // kernel
+  int stride_h, stride_w, dilation_h, dilation_w, pad_h, pad_w;
+  int pixels;      // n * p * q
+  int reduction;   // r * s * c: one output channel's weights
+  int chunks;      // reduction / kChunk
+};
+
+// Where segment `segment` (8 elements) of row `row` of a step's tile sits,
+// in elements: rows of 64 bytes, segments XOR-swizzled so the 8 rows one
+// ldmatrix reads fall in 8 distinct bank groups.
+[[maybe_unused]] __host__ __device__ constexpr int Swizzled(int row, int segment) {
+  return row * kChunk + ((segment ^ ((row >> 1) & 3)) << 3);
+}
+
+// A group's step in a stage: 64 pixel rows, then kTileChannels weight rows.
+template <int kTileChannels>
+constexpr int kStepElements = (kTilePixels + kTileChannels) * kChunk;
+
+// Partial sums, [kTilePixels][kPartialStride] floats per group; the padding
+// spreads a warp's float2 writes over the banks.
+template <int kTileChannels>
+constexpr int kPartialStride = kTileChannels + 8;
+template <int kTileChannels>
+constexpr int kPartialFloats = kTilePixels * kPartialStride<kTileChannels>;
+
+template <typename T, int kTileChannels>
+constexpr size_t SharedBytes() {
+  const size_t stages = size_t{kStages} * kGroups * kStepElements<kTileChannels> * sizeof(T);
+  const size_t partial = size_t{kGroups} * kPartialFloats<kTileChannels> * sizeof(float);
+  return std::max(stages, partial);
+}
+
+// Bias plus activation, rounded, for output channels `channel` and
+// `channel + 1` of `pixel`.
+template <typename T, ActivationKind K>
+__device__ inline void StorePair(T* y, const T* bias, const Activation& activation,
+                                 const GemmDims& d, int pixel, int channel, float v0, float v1) {
+  if (bias != nullptr) {
+    v0 += ToFloat(bias[channel]);
+    v1 += ToFloat(bias[channel + 1]);
+  }
+  *reinterpret_cast<unsigned*>(y + pixel * d.k + channel) =
+      Pack<T>(Activate<K>(activation, v0), Activate<K>(activation, v1));
+}
+
+// The output of a tile: the sums of `sources` partial-sum arrays (this
+// block's groups' when the tile is not split; else the cluster blocks'
+// group sums, through distributed shared memory) for rows [row_begin,
+// row_end) of the tile, by all the block's threads.
+template <typename T, int kTileChannels>
+struct TileOutput {
+  const float* partial;  // this block's, in shared memory
+  T* y;
+  const T* bias;
+  const Activation& activation;
+  const GemmDims& d;
+  int pixel0, channel0, row_begin, row_end, splits;
+
+  template <ActivationKind K>
+  __device__ void Run() const {
+    constexpr int kPairs = kTileChannels / 2;
+    for (int e = threadIdx.x; e < (row_end - row_begin) * kPairs; e += kThreads) {
+      const int row = row_begin + e / kPairs;
+      const int column = 2 * (e % kPairs);
+      const int pixel = pixel0 + row, channel = channel0 + column;
+      if (pixel >= d.pixels || channel >= d.k) continue;
+      const int offset = row * kPartialStride<kTileChannels> + column;
+      float2 sum = make_float2(0.f, 0.f);
+      if (splits == 1) {
+#pragma unroll
+        for (int group = 0; group < kGroups; ++group) {
+          const float2 part = *reinterpret_cast<const float2*>(
+              partial + group * kPartialFloats<kTileChannels> + offset);
+          sum.x += part.x;
+          sum.y += part.y;
+        }
+      } else {
+        // Every block's loads issued before any is waited on.
+        cg::cluster_group cluster = cg::this_cluster();
+        float2 parts[kDirectGemmMaxSplits];
+#pragma unroll
+        for (int rank = 0; rank < kDirectGemmMaxSplits; ++rank) {
+          if (rank < splits) {
+            parts[rank] = *reinterpret_cast<const float2*>(
+                cluster.map_shared_rank(partial + offset, static_cast<unsigned>(rank)));
+          }
+        }
+#pragma unroll
+        for (int rank = 0; rank < kDirectGemmMaxSplits; ++rank) {
+          if (rank < splits) {
+            sum.x += parts[rank].x;
+            sum.y += parts[rank].y;
+          }
+        }
+      }
+      StorePair<T, K>(y, bias, activation, d, pixel, channel, sum.x, sum.y);
+    }
+  }
+};
+
+template <typename T, int kTileChannels>
+__global__ void __launch_bounds__(kThreads)
+    ImplicitGemm(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ bias,
+                 T* __restrict__ y, GemmDims d, Activation activation) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  extern __shared__ __align__(128) unsigned char shared[];
+  T* stages = reinterpret_cast<T*>(shared);
+  const int group = threadIdx.x / kGroupThreads;
+  const int tid = threadIdx.x % kGroupThreads;  // within the group
+  const int lane = tid & 31, warp = tid >> 5;
+  const int pixel0 = blockIdx.x * kTilePixels;
+  const int channel0 = blockIdx.y * kTileChannels;
+  const int splits = gridDim.z, split = blockIdx.z;
+  const int chunk_begin = static_cast<int>(int64_t{d.chunks} * split / splits);
+  const int chunk_end = static_cast<int>(int64_t{d.chunks} * (split + 1) / splits);
+  const int stage_count = (chunk_end - chunk_begin + kGroups - 1) / kGroups;
+
+  // The rows this thread copies for its group, each at segment `segment`:
+  // input pixels (their image's first row, and the top-left input position
+  // of their window) and output channels' weights.
+  const int segment = tid % kSegments;
+  constexpr int kRowStep = kGroupThreads / kSegments;
+  constexpr int kInputRows = kTilePixels / kRowStep;
+  constexpr int kWeightRows = kTileChannels / kRowStep;
+  static_assert(kWeightRows >= 1, "every thread copies weights");
+  int image_row[kInputRows], top[kInputRows], left[kInputRows];
+  bool pixel_valid[kInputRows];
+#pragma unroll
+  for (int i = 0; i < kInputRows; ++i) {
+    const int pixel = pixel0 + tid / kSegments + i * kRowStep;
+    pixel_valid[i] = pixel < d.pixels;
+    const int per_image = d.p * d.q;
+    const int n = pixel / per_image, within = pixel - n * per_image;
+    const int p = within / d.q, q = within - p * d.q;
+    image_row[i] = n * d.h;
+    top[i] = p * d.stride_h - d.pad_h;
+    left[i] = q * d.stride_w - d.pad_w;
+  }
+  const T* weight_row[kWeightRows];
+  bool channel_valid[kWeightRows];
+#pragma unroll
+  for (int i = 0; i < kWeightRows; ++i) {
+    const int channel = channel0 + tid / kSegments + i * kRowStep;
+    channel_valid[i] = channel < d.k;
+    weight_row[i] = w + (channel_valid[i] ? channel : 0) * d.reduction + segment * 8;
+  }
+
+  // The group's next step to copy (kGroups steps after its last), as the
+  // tap (r, s) and first channel c0 it covers: advanced without division.
+  int next_chunk = chunk_begin + group;
+  int c0 = (next_chunk * kChunk) % d.c;
+  int tap = (next_chunk * kChunk) / d.c;
+  int tap_r = tap / d.s, tap_s = tap - tap_r * d.s;
+  const auto load = [&](int slot) {
+    if (next_chunk < chunk_end) {
+      T* a = stages + (slot * kGroups + group) * kStepElements<kTileChannels>;
+      T* b = a + kTilePixels * kChunk;
+#pragma unroll
+      for (int i = 0; i < kInputRows; ++i) {
+        const int h = top[i] + tap_r * d.dilation_h, col = left[i] + tap_s * d.dilation_w;
+        const bool inside = pixel_valid[i] &&
+                            static_cast<unsigned>(h) < static_cast<unsigned>(d.h) &&
+                            static_cast<unsigned>(col) < static_cast<unsigned>(d.w);
+        const T* source =
+            inside ? x + ((image_row[i] + h) * d.w + col) * d.c + c0 + segment * 8 : x;
+        CopyAsync16(a + Swizzled(tid / kSegments + i * kRowStep, segment), source, inside);
+      }
+#pragma unroll
+      for (int i = 0; i < kWeightRows; ++i) {
+        CopyAsync16(b + Swizzled(tid / kSegments + i * kRowStep, segment),
+                    weight_row[i] + next_chunk * kChunk, channel_valid[i]);
+      }
+    }
+    next_chunk += kGroups;
+    c0 += kGroups * kChunk;
+    while (c0 >= d.c) {
+      c0 -= d.c;
+      if (++tap_s == d.s) {
+        tap_s = 0;
+        ++tap_r;
+      }
+    }
+  };
+
+  // ldmatrix offsets of this thread's rows, the same in every step.
+  int a_offset[kChunk / 16], b_offset[kTileChannels / 16][kChunk / 16];
+#pragma unroll
+  for (int step = 0; step < kChunk / 16; ++step) {
+    a_offset[step] = Swizzled(warp * 16 + (lane & 15), 2 * step + (lane >> 4));
+#pragma unroll
+    for (int f = 0; f < kTileChannels / 16; ++f) {
+      b_offset[f][step] = kTilePixels * kChunk +
+                          Swizzled(16 * f + (lane & 7) + ((lane >> 4) << 3),
+                                   2 * step + ((lane >> 3) & 1));
+    }
+  }
+
+  float acc[kTileChannels / 8][4];
+#pragma unroll
+  for (int f = 0; f < kTileChannels / 8; ++f) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[f][e] = 0.f;
+  }
+#pragma unroll
+  for (int slot = 0; slot < kStages - 1; ++slot) {
+    if (slot < stage_count) load(slot);
+    CopyAsyncCommit();
+  }
+  for (int i = 0; i < stage_count; ++i) {
+    CopyAsyncWait<kStages - 2>();
+    __syncthreads();  // stage i is in; every warp is done with stage i - 1's slot
+    if (i + kStages - 1 < stage_count) load((i + kStages - 1) % kStages);
+    CopyAsyncCommit();
+    if (chunk_begin + i * kGroups + group >= chunk_end) continue;
+    const T* step_base = stages + ((i % kStages) * kGroups + group) * kStepElements<kTileChannels>;
+#pragma unroll
+    for (int step = 0; step < kChunk / 16; ++step) {
+      unsigned a_fragment[4];
+      LdMatrixX4(a_fragment, step_base + a_offset[step]);
+#pragma unroll
+      for (int f = 0; f < kTileChannels / 16; ++f) {
+        unsigned b_fragment[4];
+        LdMatrixX4(b_fragment, step_base + b_offset[f][step]);
+        Mma<T>(acc[2 * f], a_fragment, b_fragment[0], b_fragment[1]);
+        Mma<T>(acc[2 * f + 1], a_fragment, b_fragment[2], b_fragment[3]);
+      }
+    }
+  }
+  CopyAsyncWait<0>();
+  __syncthreads();  // every warp is done with the stages the partial sums overwrite
+
+  // Thread (g, t) of a warp holds, per n8 block f, pixel rows g and g + 8 at
+  // channels 8f + 2t and 8f + 2t + 1.
+  float* partial = reinterpret_cast<float*>(shared);
+  {
+    const int g = lane >> 2, t = lane & 3;
+    float* mine = partial + group * kPartialFloats<kTileChannels>;
+#pragma unroll
+    for (int f = 0; f < kTileChannels / 8; ++f) {
+      const int offset = (warp * 16 + g) * kPartialStride<kTileChannels> + 8 * f + 2 * t;
+      *reinterpret_cast<float2*>(mine + offset) = make_float2(acc[f][0], acc[f][1]);
+      *reinterpret_cast<float2*>(mine + offset + 8 * kPartialStride<kTileChannels>) =
+          make_float2(acc[f][2], acc[f][3]);
+    }
+  }
+  __syncthreads();
+  if (splits == 1) {
+    WithKind(activation, TileOutput<T, kTileChannels>{partial, y, bias, activation, d, pixel0,
+                                                      channel0, 0, kTilePixels, 1});
+    return;
+  }
+  // The groups' sum into group 0's array, which the cluster then reads.
+  static_assert(kPartialFloats<kTileChannels> % 4 == 0, "float4 sums");
+  for (int e = 4 * threadIdx.x; e < kPartialFloats<kTileChannels>; e += 4 * kThreads) {
+    float4 sum = *reinterpret_cast<const float4*>(partial + e);
+#pragma unroll
+    for (int other = 1; other < kGroups; ++other) {
+      const float4 part =
+          *reinterpret_cast<const float4*>(partial + other * kPartialFloats<kTileChannels> + e);
+      sum.x += part.x;
+      sum.y += part.y;
+      sum.z += part.z;
+      sum.w += part.w;
+    }
+    *reinterpret_cast<float4*>(partial + e) = sum;
+  }
+  cg::cluster_group cluster = cg::this_cluster();
+  cluster.sync();  // every block's sums are in
+  const int rows = kTilePixels / splits;
+  WithKind(activation, TileOutput<T, kTileChannels>{partial, y, bias, activation, d, pixel0,
+                                                    channel0, split * rows, (split + 1) * rows,
+                                                    splits});
+  cluster.sync();  // no block leaves while another reads its shared memory
+#endif
+}
+
+// Whether the current device runs thread-block clusters (compute capability
+// 9.0 or newer), looked up once per thread and device.
+bool DeviceHasClusters() {
+  thread_local int device = -1;
+  thread_local bool has = false;
+  int current = 0;
+  if (cudaGetDevice(&current) != cudaSuccess) return false;
+  if (current != device) {
+    int major = 0;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, current) !=
+        cudaSuccess) {
+      return false;
+    }
+    device = current;
+    has = major * 10 >= kDirectGemmComputeCapability;
+  }
+  return has;
+}
+
+// Lets ImplicitGemm<T, kTileChannels> use its dynamic shared memory (over
+// the default 48 KiB) on the current device: once per device (the first 64).
+template <typename T, int kTileChannels>
+absl::Status AllowSharedMemory() {
+  static std::atomic<uint64_t> allowed{0};
+  int device = 0;
+  CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
+  const uint64_t bit = device < 64 ? uint64_t{1} << device : 0;
+  if ((allowed.load(std::memory_order_acquire) & bit) != 0) return absl::OkStatus();
+  CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(ImplicitGemm<T, kTileChannels>,
+                                            cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            static_cast<int>(SharedBytes<T, kTileChannels>())));
+  allowed.fetch_or(bit, std::memory_order_acq_rel);
+  return absl::OkStatus();
+}
+
+GemmDims DimsOf(const ConvLayerProblem& p) {
+  GemmDims d;
+  d.n = static_cast<int>(p.input[0]);
+  d.c = static_cast<int>(p.input[1]);
+  d.h = static_cast<int>(p.input[2]);
+  d.w = static_cast<int>(p.input[3]);
+  d.k = static_cast<int>(p.output[1]);
+  d.p = static_cast<int>(p.output[2]);
+  d.q = static_cast<int>(p.output[3]);
+  d.r = static_cast<int>(p.weights[2]);
+  d.s = static_cast<int>(p.weights[3]);
+  d.stride_h = static_cast<int>(p.stride[0]);
+  d.stride_w = static_cast<int>(p.stride[1]);
+  d.dilation_h = static_cast<int>(p.dilation[0]);
+  d.dilation_w = static_cast<int>(p.dilation[1]);
+  d.pad_h = static_cast<int>(p.pad_before[0]);
+  d.pad_w = static_cast<int>(p.pad_before[1]);
+  d.pixels = d.n * d.p * d.q;
+  d.reduction = d.r * d.s * d.c;
+  d.chunks = d.reduction / kChunk;
+  return d;
+}
+
+template <typename T, int kTileChannels>
+absl::Status Launch(const ConvLayerProblem& problem, const ConvLayerBuffers& b, int splits,
+                    cudaStream_t stream) {
+  const GemmDims d = DimsOf(problem);
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>((d.pixels + kTilePixels - 1) / kTilePixels),
+                        static_cast<unsigned>((d.k + kTileChannels - 1) / kTileChannels),
+                        static_cast<unsigned>(splits));
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = SharedBytes<T, kTileChannels>();
+  RETURN_IF_ERROR((AllowSharedMemory<T, kTileChannels>()));
+  config.stream = stream;
+  cudaLaunchAttribute cluster;
+  cluster.id = cudaLaunchAttributeClusterDimension;
+  cluster.val.clusterDim.x = 1;
+  cluster.val.clusterDim.y = 1;
+  cluster.val.clusterDim.z = static_cast<unsigned>(splits);
+  config.attrs = &cluster;
+  config.numAttrs = splits > 1 ? 1 : 0;
+  CUDA_RETURN_IF_ERROR(cudaLaunchKernelEx(&config, ImplicitGemm<T, kTileChannels>,
+                                          static_cast<const T*>(b.x), static_cast<const T*>(b.w),
+                                          static_cast<const T*>(b.bias), static_cast<T*>(b.y), d,
+                                          problem.activation));
+  return absl::OkStatus();
+}
+
+template <typename T>
+absl::Status DispatchTile(const ConvLayerProblem& problem, const ConvLayerBuffers& b,
+                          int64_t tile_channels, int splits, cudaStream_t stream) {
+  if (tile_channels == 64) return Launch<T, 64>(problem, b, splits, stream);
+  return Launch<T, 32>(problem, b, splits, stream);
+}
+
+}  // namespace
+
+absl::Status LaunchDirectGemm(const ConvLayerProblem& problem, const EngineConfigId& id,
+                              const ConvLayerBuffers& buffers, cudaStream_t stream) {
+  int64_t tile_channels = 0, splits = 0;
+  for (const auto& [knob, value] : id.knobs) {
+    if (knob == kDirectKnobTileChannels) tile_channels = value;
+    if (knob == kDirectKnobSplits) splits = value;
+  }
+  if ((tile_channels != 32 && tile_channels != 64) ||
+      (splits != 1 && splits != 2 && splits != 4 && splits != kDirectGemmMaxSplits)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(id.ToString(), " is not a configuration of the direct implicit GEMM"));
+  }
+  if (!DeviceHasClusters()) {
+    return absl::FailedPreconditionError(
+        "the direct implicit GEMM needs thread-block clusters (compute capability 9.0)");
+  }
+  switch (problem.dtype) {
+    case DType::kFloat16:
+      return DispatchTile<__half>(problem, buffers, tile_channels, static_cast<int>(splits),
+                                  stream);
+    case DType::kBFloat16:
+      return DispatchTile<__nv_bfloat16>(problem, buffers, tile_channels,
+                                         static_cast<int>(splits), stream);
+    case DType::kFloat32:
+      break;
+  }
+  return absl::InvalidArgumentError("the direct implicit GEMM runs float16 and bfloat16 only");
+}
+
+}  // namespace convserve

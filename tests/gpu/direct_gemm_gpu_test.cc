@@ -1,0 +1,341 @@
+// The direct path's implicit GEMM (engine 1 of engine/cudnn/direct_conv.h)
+// against the float64 reference, layer by layer:
+// - seeded random dense layers: float16 and bfloat16 NHWC, C a multiple of
+//   32 and K of 8, batch 1-3, odd sizes, rectangular kernels 1-5, strides
+//   1-3, dilations 1-2, asymmetric padding, every activation, with and
+//   without bias;
+// - ResNet-50's dense layers of tests/bench/conv_shapes.csv at batch 1;
+// each under every GEMM configuration (every split of the reduction across
+// a cluster), into an output filled with NaN and followed by guard bytes:
+// every element must be written, none past the end.
+// Then the engine search: autotune races the GEMM against cuDNN on the
+// batch-1 layers, every GEMM candidate passes the prober's guarded-buffer
+// checks, and the line per layer shows both sides' best time;
+// --direct_kernels=false keeps it out. Skips without a GPU; on a GPU without
+// clusters the configurations are refused (ConfigRejection) and the
+// launches fail with FAILED_PRECONDITION, which this test expects.
+//
+// CONVSERVE_GEMM_SEED and CONVSERVE_GEMM_CASES change the random layers;
+// CONVSERVE_GEMM_LAYER, a ResNet layer's name, runs that one alone (for a
+// profiler).
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "engine/cudnn/candidate_search.h"
+#include "engine/cudnn/cuda_resources.h"
+#include "engine/cudnn/cudnn_backend.h"
+#include "engine/cudnn/device_weights.h"
+#include "engine/cudnn/direct_conv.h"
+#include "gtest/gtest.h"
+#include "tests/test_util/cudnn_device_test.h"
+#include "tests/test_util/naive_conv.h"
+#include "tests/test_util/random_tensor.h"
+
+namespace convserve {
+namespace {
+
+// Relative L2 against the float64 reference rounded to the dtype: float32
+// accumulation in another order flips the rounding of some elements.
+double Bound(DType dtype) { return dtype == DType::kFloat16 ? 2e-3 : 1e-2; }
+
+struct GemmCase {
+  std::string name;
+  DType dtype = DType::kFloat16;
+  int64_t batch = 1, channels = 32, out_channels = 8, height = 1, width = 1;
+  int64_t kernel_h = 1, kernel_w = 1;
+  int64_t stride_h = 1, stride_w = 1, dilation_h = 1, dilation_w = 1;
+  int64_t pad_top = 0, pad_bottom = 0, pad_left = 0, pad_right = 0;
+  bool bias = true;
+  Activation activation;
+
+  std::string Describe() const {
+    return absl::StrCat(name.empty() ? "" : name + " ", DTypeName(dtype), " NHWC x[", batch, ",",
+                        channels, ",", height, ",", width, "] k", kernel_h, "x", kernel_w, " s",
+                        stride_h, ",", stride_w, " d", dilation_h, ",", dilation_w, " pad ",
+                        pad_top, ",", pad_bottom, ",", pad_left, ",", pad_right, " -> ",
+                        out_channels, bias ? " bias " : " no bias ",
+                        ActivationName(activation.kind));
+  }
+};
+
+absl::StatusOr<std::shared_ptr<const Graph>> MakeGraph(const GemmCase& c, std::mt19937_64* rng) {
+  GraphSpec spec;
+  spec.name = "dense";
+  spec.dtype = c.dtype;
+  spec.layout = Layout::kNHWC;
+  spec.input_channels = c.channels;
+  ConvLayerSpec layer;
+  layer.out_channels = c.out_channels;
+  layer.kernel_size = {c.kernel_h, c.kernel_w};
+  layer.stride = {c.stride_h, c.stride_w};
+  layer.dilation = {c.dilation_h, c.dilation_w};
+  layer.pad_before = {c.pad_top, c.pad_left};
+  layer.pad_after = {c.pad_bottom, c.pad_right};
+  const int64_t fan_in = c.channels * c.kernel_h * c.kernel_w;
+  layer.weights = RandomTensor(c.dtype, c.out_channels * fan_in, std::sqrt(3.0f / fan_in), rng);
+  if (c.bias) layer.bias = RandomTensor(c.dtype, c.out_channels, 0.5f, rng);
+  layer.activation = c.activation;
+  spec.layers.push_back(std::move(layer));
+  return Graph::Create(std::move(spec));
+}
+
+Activation DrawActivation(std::mt19937_64* rng) {
+  Activation a;
+  a.kind = static_cast<ActivationKind>((*rng)() % (static_cast<int>(ActivationKind::kSwish) + 1));
+  if (a.kind == ActivationKind::kRelu) {
+    a.has_upper_clip = (*rng)() % 2 == 0;
+    a.upper_clip = 6.0f;
+    a.negative_slope = (*rng)() % 3 == 0 ? 0.1f : 0.0f;
+  }
+  if (a.kind == ActivationKind::kElu) a.alpha = 0.7f;
+  if (a.kind == ActivationKind::kSoftplus || a.kind == ActivationKind::kSwish) a.beta = 1.5f;
+  return a;
+}
+
+// A random layer the GEMM runs, with at least one output element.
+GemmCase DrawCase(std::mt19937_64* rng) {
+  const auto pick = [&](int64_t lo, int64_t hi) {
+    return lo + static_cast<int64_t>((*rng)() % static_cast<uint64_t>(hi - lo + 1));
+  };
+  for (;;) {
+    GemmCase c;
+    c.dtype = pick(0, 1) == 0 ? DType::kFloat16 : DType::kBFloat16;
+    c.batch = pick(1, 3);
+    c.channels = 32 * pick(1, 6);
+    c.out_channels = 8 * pick(1, 20);
+    c.height = pick(1, 23);
+    c.width = pick(1, 23);
+    c.kernel_h = pick(1, 5);
+    c.kernel_w = pick(1, 5);
+    c.stride_h = pick(1, 3);
+    c.stride_w = pick(1, 3);
+    c.dilation_h = pick(1, 2);
+    c.dilation_w = pick(1, 2);
+    c.pad_top = pick(0, c.kernel_h);
+    c.pad_bottom = pick(0, c.kernel_h);
+    c.pad_left = pick(0, c.kernel_w);
+    c.pad_right = pick(0, c.kernel_w);
+    c.bias = pick(0, 3) != 0;
+    c.activation = DrawActivation(rng);
+    if (ConvOutputSize(c.height, c.kernel_h, c.stride_h, c.dilation_h, c.pad_top, c.pad_bottom) >=
+            1 &&
+        ConvOutputSize(c.width, c.kernel_w, c.stride_w, c.dilation_w, c.pad_left, c.pad_right) >=
+            1) {
+      return c;
+    }
+  }
+}
+
+// ResNet-50's dense layers of tests/bench/conv_shapes.csv but the stem
+// (3 input channels), float16, with bias and ReLU, at `batch`.
+std::vector<GemmCase> ResNetCases(int64_t batch) {
+  struct Shape {
+    const char* name;
+    int64_t channels, out_channels, size, kernel, stride;
+  };
+  static constexpr Shape kShapes[] = {
+      {"resnet50_56_1x1_64_64", 64, 64, 56, 1, 1},
+      {"resnet50_56_3x3_64_64", 64, 64, 56, 3, 1},
+      {"resnet50_56_1x1_64_256", 64, 256, 56, 1, 1},
+      {"resnet50_56_1x1_256_64", 256, 64, 56, 1, 1},
+      {"resnet50_downsample_1x1s2_256_512", 256, 512, 56, 1, 2},
+      {"resnet50_28_3x3_128_128", 128, 128, 28, 3, 1},
+      {"resnet50_28_1x1_128_512", 128, 512, 28, 1, 1},
+      {"resnet50_28_1x1_512_128", 512, 128, 28, 1, 1},
+      {"resnet50_14_3x3_256_256", 256, 256, 14, 3, 1},
+      {"resnet50_14_1x1_256_1024", 256, 1024, 14, 1, 1},
+      {"resnet50_14_1x1_1024_256", 1024, 256, 14, 1, 1},
+      {"resnet50_7_3x3_512_512", 512, 512, 7, 3, 1},
+      {"resnet50_7_1x1_512_2048", 512, 2048, 7, 1, 1},
+      {"resnet50_7_1x1_2048_512", 2048, 512, 7, 1, 1},
+  };
+  const char* only = std::getenv("CONVSERVE_GEMM_LAYER");
+  std::vector<GemmCase> cases;
+  for (const Shape& s : kShapes) {
+    if (only != nullptr && *only != '\0' && std::string(only) != s.name) continue;
+    GemmCase c;
+    c.name = s.name;
+    c.batch = batch;
+    c.channels = s.channels;
+    c.out_channels = s.out_channels;
+    c.height = c.width = s.size;
+    c.kernel_h = c.kernel_w = s.kernel;
+    c.stride_h = c.stride_w = s.stride;
+    c.pad_top = c.pad_bottom = c.pad_left = c.pad_right = s.kernel / 2;
+    c.activation.kind = ActivationKind::kRelu;
+    cases.push_back(c);
+  }
+  return cases;
+}
+
+class DirectGemmTest : public CudnnDeviceTest {
+ protected:
+  struct Layer {
+    std::shared_ptr<const Graph> graph;
+    Shape input_shape;
+    ConvLayerProblem problem;
+  };
+
+  Layer MakeLayer(const GemmCase& c, std::mt19937_64* rng) {
+    Layer layer;
+    absl::StatusOr<std::shared_ptr<const Graph>> graph = MakeGraph(c, rng);
+    EXPECT_TRUE(graph.ok()) << c.Describe() << ": " << graph.status();
+    if (!graph.ok()) return layer;
+    layer.input_shape = {c.batch, c.channels, c.height, c.width};
+    absl::StatusOr<std::vector<Shape>> outputs = (*graph)->InferShapes(layer.input_shape);
+    EXPECT_TRUE(outputs.ok()) << outputs.status();
+    if (!outputs.ok()) return layer;
+    layer.problem = MakeLayerProblems(**graph, layer.input_shape, *outputs)[0];
+    layer.graph = *std::move(graph);
+    return layer;
+  }
+
+  bool HasClusters() const { return target_.compute_capability >= kDirectGemmComputeCapability; }
+
+  // Runs every GEMM configuration of `c` and checks each output; returns
+  // the largest relative L2 error.
+  double CheckCase(const GemmCase& c, std::mt19937_64* rng) {
+    const Layer layer = MakeLayer(c, rng);
+    if (layer.graph == nullptr) return INFINITY;
+    const ConvLayerProblem& problem = layer.problem;
+    const std::vector<EngineConfigId> configs = DirectConvConfigs(problem);
+    EXPECT_FALSE(configs.empty()) << problem.Describe() << ": " << DirectConvRejection(problem);
+
+    const std::string input =
+        RandomTensor(c.dtype, NumElements(layer.input_shape), 1.0f, rng);
+    Shape output_shape;
+    const std::vector<double> expected =
+        NaiveForward(*layer.graph, layer.input_shape, input, &output_shape);
+    const size_t output_bytes = NumElements(output_shape) * DTypeSize(c.dtype);
+    absl::StatusOr<std::unique_ptr<DeviceWeights>> weights =
+        DeviceWeights::Upload(*layer.graph, 0);
+    absl::StatusOr<DeviceBuffer> x = DeviceBuffer::Create(input.size());
+    EXPECT_TRUE(weights.ok() && x.ok());
+    if (!weights.ok() || !x.ok()) return INFINITY;
+    EXPECT_EQ(cudaMemcpy(x->data(), input.data(), input.size(), cudaMemcpyHostToDevice),
+              cudaSuccess);
+
+    EngineSelection selection;
+    ConvLayerPlanner planner(handle_.get(), selection, target_);
+    double worst = 0;
+    for (const EngineConfigId& id : configs) {
+      SCOPED_TRACE(absl::StrCat(c.Describe(), " ", id.ToString()));
+      EXPECT_EQ(id.engine, kDirectGemmEngine);
+      absl::StatusOr<ConvLayerPlan> plan = planner.BuildConfig(problem, id);
+      EXPECT_TRUE(plan.ok()) << plan.status();
+      if (!plan.ok()) return INFINITY;
+      EXPECT_EQ(plan->workspace_bytes(), 0);
+      if (!HasClusters()) {
+        EXPECT_EQ(plan->Bind(problem, {x->data(), (*weights)->weights(0), (*weights)->bias(0),
+                                       x->data(), nullptr}),
+                  absl::OkStatus());
+        EXPECT_EQ(plan->RunBound(handle_.get(), stream_.get(), problem).code(),
+                  absl::StatusCode::kFailedPrecondition);
+        continue;
+      }
+      const double error = RunGuarded(*plan, problem, **weights, *x, output_bytes, expected);
+      EXPECT_LE(error, Bound(c.dtype));
+      worst = std::max(worst, error);
+    }
+    return worst;
+  }
+};
+
+TEST_F(DirectGemmTest, RandomDenseLayersMatchTheReference) {
+  const uint64_t seed = EnvOr("CONVSERVE_GEMM_SEED", 20261127);
+  const uint64_t count = EnvOr("CONVSERVE_GEMM_CASES", 60);
+  std::mt19937_64 rng(seed);
+  std::map<DType, double> worst;
+  for (uint64_t i = 0; i < count; ++i) {
+    const GemmCase c = DrawCase(&rng);
+    double& w = worst[c.dtype];
+    w = std::max(w, CheckCase(c, &rng));
+    if (HasFailure()) {
+      ADD_FAILURE() << "seed " << seed << " case " << i << ": " << c.Describe();
+      return;
+    }
+  }
+  for (const auto& [dtype, error] : worst) {
+    std::printf("direct gemm, seed %llu, %llu cases: %s max relative L2 %.3e (bound %.0e)\n",
+                static_cast<unsigned long long>(seed), static_cast<unsigned long long>(count),
+                DTypeName(dtype), error, Bound(dtype));
+  }
+}
+
+TEST_F(DirectGemmTest, ResNetLayersMatchTheReference) {
+  std::mt19937_64 rng(5);
+  for (int64_t batch : {1, 2}) {
+    for (const GemmCase& c : ResNetCases(batch)) {
+      const double error = CheckCase(c, &rng);
+      std::printf("direct gemm %-70s N=%lld max relative L2 %.3e\n", c.Describe().c_str(),
+                  static_cast<long long>(batch), error);
+      if (HasFailure()) return;
+    }
+  }
+}
+
+// The search under autotune runs every GEMM candidate on the prober's
+// guarded buffers (fresh random data, output checked fully written, guards
+// intact) and times it against cuDNN's; with direct_kernels off, none is
+// tried.
+TEST_F(DirectGemmTest, AutotuneRacesTheImplicitGemm) {
+  if (!HasClusters()) GTEST_SKIP() << "no thread-block clusters on this GPU";
+  std::mt19937_64 rng(13);
+  int won = 0, layers = 0;
+  for (const GemmCase& c : ResNetCases(1)) {
+    const Layer layer = MakeLayer(c, &rng);
+    ASSERT_NE(layer.graph, nullptr);
+    const size_t configs = DirectConvConfigs(layer.problem).size();
+    for (bool direct : {true, false}) {
+      EngineSelection selection;
+      selection.search = EngineSearch::kAutotune;
+      selection.direct_kernels = direct;
+      ConvLayerPlanner planner(handle_.get(), selection, target_);
+      std::optional<ConvLayerPlan> best;
+      absl::StatusOr<SearchReport> report =
+          SearchEngines(planner, stream_.get(), layer.problem, SearchOptions(), nullptr, &best);
+      ASSERT_TRUE(report.ok()) << c.Describe() << ": " << report.status();
+      size_t tried = 0;
+      float best_direct = INFINITY, best_cudnn = INFINITY;
+      std::string gemm_times;
+      for (const CandidateResult& result : report->results) {
+        if (result.id.path != LayerPath::kDirect) {
+          if (result.ok) best_cudnn = std::min(best_cudnn, result.ms);
+          continue;
+        }
+        ++tried;
+        EXPECT_TRUE(result.ok) << result.id.ToString() << ": " << result.detail;
+        EXPECT_GT(result.ms, 0) << result.id.ToString();
+        if (result.ok) best_direct = std::min(best_direct, result.ms);
+        absl::StrAppend(&gemm_times, " ", result.id.ToString().substr(10), "=",
+                        absl::StrFormat("%.4f", result.ms));
+      }
+      EXPECT_EQ(tried, direct ? std::min<size_t>(configs, selection.autotune_candidates) : 0u)
+          << c.Describe();
+      ASSERT_TRUE(best.has_value());
+      if (direct) {
+        ++layers;
+        won += best->path() == LayerPath::kDirect;
+        std::printf("race %-36s winner %-24s %.4f ms; best gemm %.4f ms, best cuDNN %.4f ms\n",
+                    c.name.c_str(), best->id().ToString().c_str(), best->measured_ms(),
+                    best_direct, best_cudnn);
+        std::printf("race %-36s gemm ms:%s\n", c.name.c_str(), gemm_times.c_str());
+      } else {
+        EXPECT_NE(best->path(), LayerPath::kDirect);
+      }
+    }
+  }
+  std::printf("race: the implicit GEMM won %d of %d batch-1 layers\n", won, layers);
+}
+
+}  // namespace
+}  // namespace convserve
