@@ -21,13 +21,6 @@ constexpr int kSharedBytes = 48 << 10;
 // then loop over the column groups, staging their weights once.
 constexpr int kBlocksPerSm = 8;
 
-// Element counts and offsets fit in 32 bits (kDirectMaxElements).
-struct DepthwiseDims {
-  int n, c, h, w;  // input
-  int p, q;        // output rows and columns
-  int r, s;        // kernel
-  int stride_h, stride_w, dilation_h, dilation_w, pad_h, pad_w;
-};
 
 // V consecutive elements moved by one load or store of V * sizeof(T) bytes.
 template <typename T, int V>
@@ -116,7 +109,7 @@ constexpr int kWindowTaps = 3;
 template <typename T, int V, int kColumns, int kKernel, bool kWindow>
 __global__ void DepthwiseChannelsLast(const T* __restrict__ x, const T* __restrict__ w,
                                       const T* __restrict__ bias, T* __restrict__ y,
-                                      DepthwiseDims d, int block_vectors, int column_groups,
+                                      DirectConvDims d, int block_vectors, int column_groups,
                                       Activation act) {
   extern __shared__ __align__(16) float shared[];
   const int kernel_h = Extent<kKernel>(d.r), kernel_w = Extent<kKernel>(d.s);
@@ -230,7 +223,7 @@ __global__ void DepthwiseChannelsLast(const T* __restrict__ x, const T* __restri
 template <typename T, int kColumns, int kKernel, bool kWindow>
 __global__ void DepthwiseChannelsFirst(const T* __restrict__ x, const T* __restrict__ w,
                                        const T* __restrict__ bias, T* __restrict__ y,
-                                       DepthwiseDims d, int column_groups, Activation act) {
+                                       DirectConvDims d, int column_groups, Activation act) {
   const unsigned group = blockIdx.x * blockDim.x + threadIdx.x;
   if (group >= static_cast<unsigned>(column_groups)) return;
   const int kernel_h = Extent<kKernel>(d.r), kernel_w = Extent<kKernel>(d.s);
@@ -303,24 +296,6 @@ int MultiprocessorCount() {
   return count;
 }
 
-DepthwiseDims DimsOf(const ConvLayerProblem& p) {
-  DepthwiseDims d;
-  d.n = static_cast<int>(p.input[0]);
-  d.c = static_cast<int>(p.input[1]);
-  d.h = static_cast<int>(p.input[2]);
-  d.w = static_cast<int>(p.input[3]);
-  d.p = static_cast<int>(p.output[2]);
-  d.q = static_cast<int>(p.output[3]);
-  d.r = static_cast<int>(p.weights[2]);
-  d.s = static_cast<int>(p.weights[3]);
-  d.stride_h = static_cast<int>(p.stride[0]);
-  d.stride_w = static_cast<int>(p.stride[1]);
-  d.dilation_h = static_cast<int>(p.dilation[0]);
-  d.dilation_w = static_cast<int>(p.dilation[1]);
-  d.pad_h = static_cast<int>(p.pad_before[0]);
-  d.pad_w = static_cast<int>(p.pad_before[1]);
-  return d;
-}
 
 // 3x3 kernels, the common depthwise size, get loops unrolled at compile
 // time (with the widest vectors), and the window of kWindowTaps columns when
@@ -336,7 +311,7 @@ Specialization SpecializationOf(const ConvLayerProblem& problem) {
 template <typename T, int V, int kColumns, int kKernel, bool kWindow>
 absl::Status LaunchChannelsLast(const ConvLayerProblem& problem, const ConvLayerBuffers& b,
                                 cudaStream_t stream) {
-  const DepthwiseDims d = DimsOf(problem);
+  const DirectConvDims d = DirectConvDimsOf(problem);
   const int taps = d.r * d.s;
   const int vectors = d.c / V;
   const int fitting = kSharedBytes / ((taps + 1) * V * static_cast<int>(sizeof(float)));
@@ -359,7 +334,7 @@ absl::Status LaunchChannelsLast(const ConvLayerProblem& problem, const ConvLayer
 template <typename T, int kColumns>
 absl::Status LaunchChannelsFirst(const ConvLayerProblem& problem, const ConvLayerBuffers& b,
                                  cudaStream_t stream) {
-  const DepthwiseDims d = DimsOf(problem);
+  const DirectConvDims d = DirectConvDimsOf(problem);
   const int column_groups = d.n * d.c * d.p * ((d.q + kColumns - 1) / kColumns);
   const unsigned blocks = static_cast<unsigned>((column_groups + kThreads - 1) / kThreads);
   const auto* x = static_cast<const T*>(b.x);
@@ -451,6 +426,26 @@ int64_t KnobOf(const EngineConfigId& id, int64_t type) {
 }
 
 }  // namespace
+
+DirectConvDims DirectConvDimsOf(const ConvLayerProblem& p) {
+  DirectConvDims d;
+  d.n = static_cast<int>(p.input[0]);
+  d.c = static_cast<int>(p.input[1]);
+  d.h = static_cast<int>(p.input[2]);
+  d.w = static_cast<int>(p.input[3]);
+  d.k = static_cast<int>(p.output[1]);
+  d.p = static_cast<int>(p.output[2]);
+  d.q = static_cast<int>(p.output[3]);
+  d.r = static_cast<int>(p.weights[2]);
+  d.s = static_cast<int>(p.weights[3]);
+  d.stride_h = static_cast<int>(p.stride[0]);
+  d.stride_w = static_cast<int>(p.stride[1]);
+  d.dilation_h = static_cast<int>(p.dilation[0]);
+  d.dilation_w = static_cast<int>(p.dilation[1]);
+  d.pad_h = static_cast<int>(p.pad_before[0]);
+  d.pad_w = static_cast<int>(p.pad_before[1]);
+  return d;
+}
 
 absl::Status CheckDirectConvBuffers(const ConvLayerProblem& problem,
                                     const ConvLayerBuffers& buffers) {

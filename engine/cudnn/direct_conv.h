@@ -18,8 +18,8 @@
 // 2, 4 or 8 blocks of a thread-block cluster (knob 3), which add their
 // partial sums through distributed shared memory (so no workspace and one
 // launch). It is for layers with too few output tiles to fill the GPU:
-// at batch 1, cuDNN's engines ran ResNet-50's 7x7 and 14x14 3x3 layers at
-// 10-12% of the floor. Clusters need compute capability 9.0
+// at batch 1, cuDNN's engines ran ResNet-50's 3x3 layers at 3-12% of the
+// floor (docs/cudnn.md, "Dense layers"). Clusters need compute capability 9.0
 // (ConfigRejection refuses it below).
 //
 // On the direct path an EngineConfigId names our engine and its knobs in our

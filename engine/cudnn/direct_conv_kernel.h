@@ -12,6 +12,17 @@
 
 namespace convserve {
 
+// A 2-D layer's sizes as the direct kernels index them (32-bit: element
+// counts and offsets fit, kDirectMaxElements).
+struct DirectConvDims {
+  int n, c, h, w;  // input
+  int k, p, q;     // output channels, rows and columns
+  int r, s;        // kernel
+  int stride_h, stride_w, dilation_h, dilation_w, pad_h, pad_w;
+};
+// `problem`'s, which DirectConvRejection accepted.
+DirectConvDims DirectConvDimsOf(const ConvLayerProblem& problem);
+
 // INVALID_ARGUMENT when a tensor of `buffers` is missing or not 16-byte
 // aligned (as every tensor is declared to cuDNN). The kernels use x, w
 // (depthwise weights, K x 1 x R x S: the same bytes in either layout; dense

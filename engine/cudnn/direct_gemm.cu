@@ -53,15 +53,11 @@ constexpr int kSegments = kChunk * 2 / 16;
 static_assert(kTilePixels == 16 * kGroupWarps, "a warp owns 16 pixel rows");
 static_assert(kSegments == 4, "the swizzle spreads 4 segments over the banks");
 
-// Element counts and offsets fit in 32 bits (kDirectMaxElements).
-struct GemmDims {
-  int n, h, w, c;  // input
-  int p, q, k;     // output rows, columns and channels
-  int r, s;        // kernel
-  int stride_h, stride_w, dilation_h, dilation_w, pad_h, pad_w;
-  int pixels;      // n * p * q
-  int reduction;   // r * s * c: one output channel's weights
-  int chunks;      // reduction / kChunk
+// The layer's sizes and the GEMM's.
+struct GemmDims : DirectConvDims {
+  int pixels;     // n * p * q
+  int reduction;  // r * s * c: one output channel's weights
+  int chunks;     // reduction / kChunk
 };
 
 // Where segment `segment` (8 elements) of row `row` of a step's tile sits,
@@ -102,10 +98,10 @@ __device__ inline void StorePair(T* y, const T* bias, const Activation& activati
       Pack<T>(Activate<K>(activation, v0), Activate<K>(activation, v1));
 }
 
-// The output of a tile: the sums of `sources` partial-sum arrays (this
-// block's groups' when the tile is not split; else the cluster blocks'
-// group sums, through distributed shared memory) for rows [row_begin,
-// row_end) of the tile, by all the block's threads.
+// The output of rows [row_begin, row_end) of a tile, by all the block's
+// threads: for each element the sum of this block's groups' partial sums
+// (splits == 1), or of every cluster block's group sums, read through
+// distributed shared memory; then bias, activation and one rounding.
 template <typename T, int kTileChannels>
 struct TileOutput {
   const float* partial;  // this block's, in shared memory
@@ -368,23 +364,9 @@ absl::Status AllowSharedMemory() {
   return absl::OkStatus();
 }
 
-GemmDims DimsOf(const ConvLayerProblem& p) {
+GemmDims DimsOf(const ConvLayerProblem& problem) {
   GemmDims d;
-  d.n = static_cast<int>(p.input[0]);
-  d.c = static_cast<int>(p.input[1]);
-  d.h = static_cast<int>(p.input[2]);
-  d.w = static_cast<int>(p.input[3]);
-  d.k = static_cast<int>(p.output[1]);
-  d.p = static_cast<int>(p.output[2]);
-  d.q = static_cast<int>(p.output[3]);
-  d.r = static_cast<int>(p.weights[2]);
-  d.s = static_cast<int>(p.weights[3]);
-  d.stride_h = static_cast<int>(p.stride[0]);
-  d.stride_w = static_cast<int>(p.stride[1]);
-  d.dilation_h = static_cast<int>(p.dilation[0]);
-  d.dilation_w = static_cast<int>(p.dilation[1]);
-  d.pad_h = static_cast<int>(p.pad_before[0]);
-  d.pad_w = static_cast<int>(p.pad_before[1]);
+  static_cast<DirectConvDims&>(d) = DirectConvDimsOf(problem);
   d.pixels = d.n * d.p * d.q;
   d.reduction = d.r * d.s * d.c;
   d.chunks = d.reduction / kChunk;

@@ -1,25 +1,35 @@
 // What the GPU tests that drive the cuDNN layer code directly share: a
 // fixture holding device 0's cuDNN target, a stream and a handle on it
-// (skipping the test where no CUDA device is visible), a run of one plan
-// into a guarded output against the float64 reference, and seeds and counts
-// read from the environment.
+// (skipping the test where no CUDA device is visible), a layer case made
+// ready to run, a run of one plan into a guarded output against the float64
+// reference, an autotune search, and seeds and counts read from the
+// environment.
 #ifndef CONVSERVE_TESTS_TEST_UTIL_CUDNN_DEVICE_TEST_H_
 #define CONVSERVE_TESTS_TEST_UTIL_CUDNN_DEVICE_TEST_H_
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
+#include <map>
+#include <memory>
+#include <optional>
+#include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "engine/cudnn/candidate_search.h"
 #include "engine/cudnn/conv_layer_plan.h"
 #include "engine/cudnn/cuda_resources.h"
 #include "engine/cudnn/cudnn_backend.h"
 #include "engine/cudnn/device_weights.h"
 #include "engine/tensor.h"
 #include "gtest/gtest.h"
+#include "tests/test_util/layer_case.h"
 #include "tests/test_util/naive_conv.h"
+#include "tests/test_util/random_tensor.h"
 
 namespace convserve {
 
@@ -44,6 +54,114 @@ class CudnnDeviceTest : public ::testing::Test {
   // fails the comparison.
   static constexpr size_t kGuardBytes = 256;
   static constexpr uint8_t kFill = 0xFF;
+
+  // A layer case ready to run: its graph and problem, a fresh random input
+  // (uniform in +-1) on the device, the float64 reference output and the
+  // weights on the device. `ok` is false, with a test failure, when a step
+  // failed.
+  struct PreparedLayer {
+    bool ok = false;
+    std::shared_ptr<const Graph> graph;
+    Shape input_shape;
+    ConvLayerProblem problem;
+    std::unique_ptr<DeviceWeights> weights;
+    DeviceBuffer x;
+    std::vector<double> expected;
+    size_t output_bytes = 0;
+  };
+  PreparedLayer Prepare(const LayerCase& c, std::mt19937_64* rng) {
+    PreparedLayer layer;
+    absl::StatusOr<std::shared_ptr<const Graph>> graph = MakeLayerGraph(c, rng);
+    EXPECT_TRUE(graph.ok()) << c.Describe() << ": " << graph.status();
+    if (!graph.ok()) return layer;
+    layer.graph = *std::move(graph);
+    layer.input_shape = c.InputShape();
+    absl::StatusOr<std::vector<Shape>> outputs = layer.graph->InferShapes(layer.input_shape);
+    EXPECT_TRUE(outputs.ok()) << c.Describe() << ": " << outputs.status();
+    if (!outputs.ok()) return layer;
+    layer.problem = MakeLayerProblems(*layer.graph, layer.input_shape, *outputs)[0];
+    const std::string input = RandomTensor(c.dtype, NumElements(layer.input_shape), 1.0f, rng);
+    Shape output_shape;
+    layer.expected = NaiveForward(*layer.graph, layer.input_shape, input, &output_shape);
+    layer.output_bytes = NumElements(output_shape) * DTypeSize(c.dtype);
+    absl::StatusOr<std::unique_ptr<DeviceWeights>> weights =
+        DeviceWeights::Upload(*layer.graph, 0);
+    absl::StatusOr<DeviceBuffer> x = DeviceBuffer::Create(input.size());
+    EXPECT_TRUE(weights.ok() && x.ok());
+    if (!weights.ok() || !x.ok()) return layer;
+    layer.weights = *std::move(weights);
+    layer.x = *std::move(x);
+    EXPECT_EQ(cudaMemcpy(layer.x.data(), input.data(), input.size(), cudaMemcpyHostToDevice),
+              cudaSuccess);
+    layer.ok = true;
+    return layer;
+  }
+
+  // RunGuarded on a prepared layer.
+  double RunGuarded(ConvLayerPlan& plan, const PreparedLayer& layer) {
+    return RunGuarded(plan, layer.problem, *layer.weights, layer.x, layer.output_bytes,
+                      layer.expected);
+  }
+
+  // Builds each of `configs` (named configurations that need no workspace:
+  // the direct path's) for `layer` and runs it with RunGuarded, expecting an
+  // error within `bound`; returns the largest (infinity when one does not
+  // build).
+  double RunWorkspaceFreeConfigs(const PreparedLayer& layer,
+                                 const std::vector<EngineConfigId>& configs, double bound,
+                                 const std::string& what) {
+    EngineSelection selection;
+    ConvLayerPlanner planner(handle_.get(), selection, target_);
+    double worst = 0;
+    for (const EngineConfigId& id : configs) {
+      SCOPED_TRACE(what + " " + id.ToString());
+      absl::StatusOr<ConvLayerPlan> plan = planner.BuildConfig(layer.problem, id);
+      EXPECT_TRUE(plan.ok()) << plan.status();
+      if (!plan.ok()) return INFINITY;
+      EXPECT_EQ(plan->workspace_bytes(), 0);
+      const double error = RunGuarded(*plan, layer);
+      EXPECT_LE(error, bound);
+      worst = std::max(worst, error);
+    }
+    return worst;
+  }
+
+  // Checks `count` layer cases drawn by `draw(rng)` from `seed` with
+  // `check(c, rng)` (which returns the case's largest error), stopping at
+  // the first failure (naming the seed and case), and prints the largest
+  // error per dtype: "<what>, seed S, N cases: <dtype> max relative L2 E
+  // (bound B)", B = bound(dtype).
+  template <typename Draw, typename Check, typename Bound>
+  void CheckRandomCases(const char* what, uint64_t seed, uint64_t count, Draw draw, Check check,
+                        Bound bound) {
+    std::mt19937_64 rng(seed);
+    std::map<DType, double> worst;
+    for (uint64_t i = 0; i < count; ++i) {
+      const LayerCase c = draw(&rng);
+      double& w = worst[c.dtype];
+      w = std::max(w, check(c, &rng));
+      if (::testing::Test::HasFailure()) {
+        ADD_FAILURE() << "seed " << seed << " case " << i << ": " << c.Describe();
+        return;
+      }
+    }
+    for (const auto& [dtype, error] : worst) {
+      std::printf("%s, seed %llu, %llu cases: %s max relative L2 %.3e (bound %.0e)\n", what,
+                  static_cast<unsigned long long>(seed), static_cast<unsigned long long>(count),
+                  DTypeName(dtype), error, bound(dtype));
+    }
+  }
+
+  // The autotune search of `problem`, convserve's own kernels raced
+  // (`direct`) or not; its winner in `best`.
+  absl::StatusOr<SearchReport> Autotune(const ConvLayerProblem& problem, bool direct,
+                                        std::optional<ConvLayerPlan>* best) {
+    EngineSelection selection;
+    selection.search = EngineSearch::kAutotune;
+    selection.direct_kernels = direct;
+    ConvLayerPlanner planner(handle_.get(), selection, target_);
+    return SearchEngines(planner, stream_.get(), problem, SearchOptions(), nullptr, best);
+  }
 
   // Runs `plan` for `problem` (layer 0 of `weights`' graph) on input `x`
   // into a NaN-filled output of `output_bytes` with kGuardBytes after it;

@@ -32,25 +32,30 @@ ConvLayerProblem Depthwise() {
   return p;
 }
 
-TEST(DirectConvTest, DepthwiseLayersHaveTheirConfigurations) {
-  const ConvLayerProblem p = Depthwise();
-  EXPECT_TRUE(DirectPathApplies(p));
-  EXPECT_EQ(DirectConvRejection(p), "");
+// The names of `p`'s direct configurations, in order, each checked to
+// parse back and to run `p`.
+std::vector<std::string> ConfigNames(const ConvLayerProblem& p) {
   std::vector<std::string> names;
   for (const EngineConfigId& id : DirectConvConfigs(p)) {
     names.push_back(id.ToString());
     EXPECT_EQ(ConfigId(id.ToString()), id) << "parses back";
-    EXPECT_EQ(DirectConfigRejection(p, id), "");
+    EXPECT_EQ(DirectConfigRejection(p, id), "") << id.ToString();
   }
-  EXPECT_EQ(names, (std::vector<std::string>{"direct:e0:k0=2,k1=16", "direct:e0:k0=1,k1=16",
-                                             "direct:e0:k0=4,k1=16", "direct:e0:k0=2,k1=8",
-                                             "direct:e0:k0=1,k1=8", "direct:e0:k0=4,k1=8"}));
+  return names;
+}
+
+TEST(DirectConvTest, DepthwiseLayersHaveTheirConfigurations) {
+  const ConvLayerProblem p = Depthwise();
+  EXPECT_TRUE(DirectPathApplies(p));
+  EXPECT_EQ(DirectConvRejection(p), "");
+  EXPECT_EQ(ConfigNames(p),
+            (std::vector<std::string>{"direct:e0:k0=2,k1=16", "direct:e0:k0=1,k1=16",
+                                      "direct:e0:k0=4,k1=16", "direct:e0:k0=2,k1=8",
+                                      "direct:e0:k0=1,k1=8", "direct:e0:k0=4,k1=8"}));
   // Channels-first layers have no vector knob.
   ConvLayerProblem channels_first = p;
   channels_first.channels_last = false;
-  names.clear();
-  for (const EngineConfigId& id : DirectConvConfigs(channels_first)) names.push_back(id.ToString());
-  EXPECT_EQ(names,
+  EXPECT_EQ(ConfigNames(channels_first),
             (std::vector<std::string>{"direct:e0:k0=2", "direct:e0:k0=1", "direct:e0:k0=4"}));
   EXPECT_NE(DirectConfigRejection(channels_first, ConfigId("direct:e0:k0=2,k1=16")), "");
 }
@@ -101,15 +106,9 @@ TEST(DirectConvTest, DenseLayersHaveTheImplicitGemmConfigurations) {
   const ConvLayerProblem p = Dense();
   EXPECT_TRUE(DirectPathApplies(p));
   EXPECT_EQ(DirectConvRejection(p), "");
-  std::vector<std::string> names;
-  for (const EngineConfigId& id : DirectConvConfigs(p)) {
-    names.push_back(id.ToString());
-    EXPECT_EQ(ConfigId(id.ToString()), id) << "parses back";
-    EXPECT_EQ(DirectConfigRejection(p, id), "");
-  }
   // One pixel tile; 8 or 16 channel tiles; ordered by how near the block
   // count comes to 132 (128, 64, 64, 32, 32, 16, 16, 8 blocks).
-  EXPECT_EQ(names, (std::vector<std::string>{
+  EXPECT_EQ(ConfigNames(p), (std::vector<std::string>{
                        "direct:e1:k2=32,k3=8", "direct:e1:k2=64,k3=8", "direct:e1:k2=32,k3=4",
                        "direct:e1:k2=64,k3=4", "direct:e1:k2=32,k3=2", "direct:e1:k2=64,k3=2",
                        "direct:e1:k2=32,k3=1", "direct:e1:k2=64,k3=1"}));
@@ -119,9 +118,7 @@ TEST(DirectConvTest, DenseLayersHaveTheImplicitGemmConfigurations) {
   narrow.input = {1, 32, 7, 7};
   narrow.weights = {512, 32, 1, 1};
   narrow.pad_before = narrow.pad_after = {0, 0};
-  names.clear();
-  for (const EngineConfigId& id : DirectConvConfigs(narrow)) names.push_back(id.ToString());
-  EXPECT_EQ(names,
+  EXPECT_EQ(ConfigNames(narrow),
             (std::vector<std::string>{"direct:e1:k2=32,k3=1", "direct:e1:k2=64,k3=1"}));
 }
 
@@ -194,9 +191,9 @@ TEST(DirectConvTest, SelectionFiltersTreatTheDirectPathAsOurs) {
   EXPECT_NE(ConfigRejection(selection, target, p, ConfigId("fused:e0:")), "");
   selection.blocklist.clear();
   selection.direct_kernels = false;
-  EXPECT_NE(
-      ConfigRejection(selection, target, p, ConfigId("direct:e0:k0=2,k1=16")).find("--direct_kernels"),
-      std::string::npos);
+  EXPECT_NE(ConfigRejection(selection, target, p, ConfigId("direct:e0:k0=2,k1=16"))
+                .find("--direct_kernels"),
+            std::string::npos);
   EXPECT_EQ(ConfigRejection(selection, target, p, ConfigId("fused:e0:")), "");
   // Autotune races it on every dtype, and it rounds once: no margin.
   for (DType dtype : {DType::kFloat16, DType::kBFloat16, DType::kFloat32}) {
