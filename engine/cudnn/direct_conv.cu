@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "engine/cudnn/cudnn_status.h"
@@ -282,19 +283,6 @@ __global__ void DepthwiseChannelsFirst(const T* __restrict__ x, const T* __restr
   }
 }
 
-// The SMs of the current device, looked up once per thread and device.
-int MultiprocessorCount() {
-  thread_local int device = -1, count = 0;
-  int current = 0;
-  if (cudaGetDevice(&current) != cudaSuccess) return 132;
-  if (current != device) {
-    if (cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, current) != cudaSuccess) {
-      return 132;
-    }
-    device = current;
-  }
-  return count;
-}
 
 
 // 3x3 kernels, the common depthwise size, get loops unrolled at compile
@@ -320,7 +308,8 @@ absl::Status LaunchChannelsLast(const ConvLayerProblem& problem, const ConvLayer
   const int column_groups = d.n * d.p * ((d.q + kColumns - 1) / kColumns);
   const int slices = (vectors + block_vectors - 1) / block_vectors;
   const int needed = (column_groups + groups_per_block - 1) / groups_per_block;
-  const int resident = std::max(1, MultiprocessorCount() * kBlocksPerSm / slices);
+  const int sms = CurrentDeviceAttribute(cudaDevAttrMultiProcessorCount, 132);
+  const int resident = std::max(1, sms * kBlocksPerSm / slices);
   const dim3 grid(static_cast<unsigned>(std::min(needed, resident)),
                   static_cast<unsigned>(slices));
   const size_t shared = static_cast<size_t>(taps + 1) * block_vectors * V * sizeof(float);
@@ -426,6 +415,24 @@ int64_t KnobOf(const EngineConfigId& id, int64_t type) {
 }
 
 }  // namespace
+
+int CurrentDeviceAttribute(cudaDeviceAttr attribute, int fallback) {
+  struct Known {
+    int device;
+    cudaDeviceAttr attribute;
+    int value;
+  };
+  thread_local std::vector<Known> known;
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return fallback;
+  for (const Known& k : known) {
+    if (k.device == device && k.attribute == attribute) return k.value;
+  }
+  int value = 0;
+  if (cudaDeviceGetAttribute(&value, attribute, device) != cudaSuccess) return fallback;
+  known.push_back({device, attribute, value});
+  return value;
+}
 
 DirectConvDims DirectConvDimsOf(const ConvLayerProblem& p) {
   DirectConvDims d;

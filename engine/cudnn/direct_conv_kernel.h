@@ -23,6 +23,10 @@ struct DirectConvDims {
 // `problem`'s, which DirectConvRejection accepted.
 DirectConvDims DirectConvDimsOf(const ConvLayerProblem& problem);
 
+// `attribute` of the current device, looked up once per thread, device and
+// attribute; `fallback` when the lookup fails.
+int CurrentDeviceAttribute(cudaDeviceAttr attribute, int fallback);
+
 // INVALID_ARGUMENT when a tensor of `buffers` is missing or not 16-byte
 // aligned (as every tensor is declared to cuDNN). The kernels use x, w
 // (depthwise weights, K x 1 x R x S: the same bytes in either layout; dense

@@ -26,7 +26,6 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstdint>
 
 #include "absl/strings/str_cat.h"
@@ -329,40 +328,7 @@ __global__ void __launch_bounds__(kThreads)
 #endif
 }
 
-// Whether the current device runs thread-block clusters (compute capability
-// 9.0 or newer), looked up once per thread and device.
-bool DeviceHasClusters() {
-  thread_local int device = -1;
-  thread_local bool has = false;
-  int current = 0;
-  if (cudaGetDevice(&current) != cudaSuccess) return false;
-  if (current != device) {
-    int major = 0;
-    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, current) !=
-        cudaSuccess) {
-      return false;
-    }
-    device = current;
-    has = major * 10 >= kDirectGemmComputeCapability;
-  }
-  return has;
-}
 
-// Lets ImplicitGemm<T, kTileChannels> use its dynamic shared memory (over
-// the default 48 KiB) on the current device: once per device (the first 64).
-template <typename T, int kTileChannels>
-absl::Status AllowSharedMemory() {
-  static std::atomic<uint64_t> allowed{0};
-  int device = 0;
-  CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
-  const uint64_t bit = device < 64 ? uint64_t{1} << device : 0;
-  if ((allowed.load(std::memory_order_acquire) & bit) != 0) return absl::OkStatus();
-  CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(ImplicitGemm<T, kTileChannels>,
-                                            cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                            static_cast<int>(SharedBytes<T, kTileChannels>())));
-  allowed.fetch_or(bit, std::memory_order_acq_rel);
-  return absl::OkStatus();
-}
 
 GemmDims DimsOf(const ConvLayerProblem& problem) {
   GemmDims d;
@@ -383,7 +349,11 @@ absl::Status Launch(const ConvLayerProblem& problem, const ConvLayerBuffers& b, 
                         static_cast<unsigned>(splits));
   config.blockDim = dim3(kThreads);
   config.dynamicSmemBytes = SharedBytes<T, kTileChannels>();
-  RETURN_IF_ERROR((AllowSharedMemory<T, kTileChannels>()));
+  // Over the default 48 KiB: opted into on every launch, as the pointwise
+  // pair does.
+  CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(ImplicitGemm<T, kTileChannels>,
+                                            cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            static_cast<int>(config.dynamicSmemBytes)));
   config.stream = stream;
   cudaLaunchAttribute cluster;
   cluster.id = cudaLaunchAttributeClusterDimension;
@@ -420,7 +390,8 @@ absl::Status LaunchDirectGemm(const ConvLayerProblem& problem, const EngineConfi
     return absl::InvalidArgumentError(
         absl::StrCat(id.ToString(), " is not a configuration of the direct implicit GEMM"));
   }
-  if (!DeviceHasClusters()) {
+  if (CurrentDeviceAttribute(cudaDevAttrComputeCapabilityMajor, 0) * 10 <
+      kDirectGemmComputeCapability) {
     return absl::FailedPreconditionError(
         "the direct implicit GEMM needs thread-block clusters (compute capability 9.0)");
   }

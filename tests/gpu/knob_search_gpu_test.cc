@@ -60,83 +60,63 @@ double Bound(DType dtype) {
 
 constexpr int kKnobBudget = 8;
 
-struct DenseCase {
-  DType dtype = DType::kFloat32;
-  bool channels_last = false;
-  int64_t batch = 1, channels = 1, out_channels = 1, height = 1, width = 1;
-  int64_t kernel = 1, stride = 1;
-  bool bias = true;
+// A square `kernel` x `kernel` layer with stride `stride`, padded by
+// kernel / 2 on every side, with ReLU: the layers this test draws.
+LayerCase Square(int64_t kernel, int64_t stride) {
+  LayerCase c;
+  c.kernel_h = c.kernel_w = kernel;
+  c.stride_h = c.stride_w = stride;
+  c.pad_top = c.pad_bottom = c.pad_left = c.pad_right = kernel / 2;
+  c.activation.kind = ActivationKind::kRelu;
+  return c;
+}
 
-  std::string Describe() const {
-    return absl::StrCat(DTypeName(dtype), channels_last ? " NHWC" : " NCHW", " x[", batch, ",",
-                        channels, ",", height, ",", width, "] ", kernel, "x", kernel, "/", stride,
-                        " -> ", out_channels, bias ? " +bias" : "", " relu");
-  }
-};
-
-DenseCase DrawCase(std::mt19937_64* rng) {
+LayerCase DrawCase(std::mt19937_64* rng) {
   const auto pick = [&](int64_t lo, int64_t hi) {
     return lo + static_cast<int64_t>((*rng)() % static_cast<uint64_t>(hi - lo + 1));
   };
-  DenseCase c;
   const DType dtypes[] = {DType::kFloat32, DType::kFloat16, DType::kBFloat16};
-  c.dtype = dtypes[pick(0, 2)];
-  c.channels_last = pick(0, 1) == 1;
-  c.batch = pick(1, 3);
+  const DType dtype = dtypes[pick(0, 2)];
+  const bool channels_last = pick(0, 1) == 1;
+  const int64_t batch = pick(1, 3);
   // Tensor-core engines want channel counts in multiples of 8 (16-bit) or 4;
   // odd ones take the other engines, so both kinds are drawn.
-  c.channels = pick(0, 1) == 1 ? 8 * pick(1, 12) : pick(3, 70);
-  c.out_channels = pick(0, 1) == 1 ? 8 * pick(1, 12) : pick(5, 90);
-  c.height = pick(5, 29);
-  c.width = pick(5, 29);
+  const int64_t channels = pick(0, 1) == 1 ? 8 * pick(1, 12) : pick(3, 70);
+  const int64_t out_channels = pick(0, 1) == 1 ? 8 * pick(1, 12) : pick(5, 90);
+  const int64_t height = pick(5, 29);
+  const int64_t width = pick(5, 29);
   const int64_t kernels[] = {1, 3, 5};
-  c.kernel = kernels[pick(0, 2)];
-  c.stride = pick(1, 2);
+  const int64_t kernel = kernels[pick(0, 2)];
+  LayerCase c = Square(kernel, pick(1, 2));
+  c.dtype = dtype;
+  c.channels_last = channels_last;
+  c.batch = batch;
+  c.channels = channels;
+  c.out_channels = out_channels;
+  c.height = height;
+  c.width = width;
   c.bias = pick(0, 3) != 0;
   return c;
 }
 
-std::vector<DenseCase> BenchmarkCases() {
-  DenseCase a;  // resnet50_7_3x3_512_512, float32, N=1
+std::vector<LayerCase> BenchmarkCases() {
+  LayerCase a = Square(3, 1);  // resnet50_7_3x3_512_512, float32, N=1
   a.channels = a.out_channels = 512;
   a.height = a.width = 7;
-  a.kernel = 3;
-  DenseCase b;  // resnet50_downsample_1x1s2_256_512, float16 NHWC, N=1
+  LayerCase b = Square(1, 2);  // resnet50_downsample_1x1s2_256_512, float16 NHWC, N=1
   b.dtype = DType::kFloat16;
   b.channels_last = true;
   b.channels = 256;
   b.out_channels = 512;
   b.height = b.width = 56;
-  b.stride = 2;
-  DenseCase c;  // resnet50_56_3x3_64_64, float16 NHWC, N=1
+  LayerCase c = Square(3, 1);  // resnet50_56_3x3_64_64, float16 NHWC, N=1
   c.dtype = DType::kFloat16;
   c.channels_last = true;
   c.channels = c.out_channels = 64;
   c.height = c.width = 56;
-  c.kernel = 3;
   return {a, b, c};
 }
 
-absl::StatusOr<std::shared_ptr<const Graph>> MakeGraph(const DenseCase& c, std::mt19937_64* rng) {
-  GraphSpec spec;
-  spec.name = "dense";
-  spec.dtype = c.dtype;
-  spec.layout = c.channels_last ? Layout::kNHWC : Layout::kNCHW;
-  spec.input_channels = c.channels;
-  ConvLayerSpec layer;
-  layer.out_channels = c.out_channels;
-  layer.kernel_size = {c.kernel, c.kernel};
-  layer.stride = {c.stride, c.stride};
-  layer.pad_before = {c.kernel / 2, c.kernel / 2};
-  layer.pad_after = {c.kernel / 2, c.kernel / 2};
-  const int64_t fan_in = c.channels * c.kernel * c.kernel;
-  layer.weights =
-      RandomTensor(c.dtype, c.out_channels * fan_in, std::sqrt(3.0f / fan_in), rng);
-  if (c.bias) layer.bias = RandomTensor(c.dtype, c.out_channels, 0.5f, rng);
-  layer.activation.kind = ActivationKind::kRelu;
-  spec.layers.push_back(std::move(layer));
-  return Graph::Create(std::move(spec));
-}
 
 // Same path and engine, and exactly one knob with another value, or set in
 // one and left unset (cuDNN's default) in the other.
@@ -184,52 +164,15 @@ class KnobSearchTest : public CudnnDeviceTest {
     return selection;
   }
 
-  // One layer: its graph, problem, input and float64 reference.
-  struct Layer {
-    std::shared_ptr<const Graph> graph;
-    ConvLayerProblem problem;
-    Shape input_shape;
-    std::string input;
-    std::vector<double> expected;
-    size_t output_bytes = 0;
-  };
-
-  Layer MakeLayer(const DenseCase& c, std::mt19937_64* rng) {
-    Layer layer;
-    absl::StatusOr<std::shared_ptr<const Graph>> graph = MakeGraph(c, rng);
-    EXPECT_TRUE(graph.ok()) << c.Describe() << ": " << graph.status();
-    if (!graph.ok()) return layer;
-    layer.graph = *graph;
-    layer.input_shape = {c.batch, c.channels, c.height, c.width};
-    absl::StatusOr<std::vector<Shape>> outputs = layer.graph->InferShapes(layer.input_shape);
-    EXPECT_TRUE(outputs.ok()) << outputs.status();
-    if (!outputs.ok()) return layer;
-    layer.problem = MakeLayerProblems(*layer.graph, layer.input_shape, *outputs)[0];
-    layer.input = RandomTensor(c.dtype, NumElements(layer.input_shape), 1.0f, rng);
-    Shape output_shape;
-    layer.expected = NaiveForward(*layer.graph, layer.input_shape, layer.input, &output_shape);
-    layer.output_bytes = NumElements(output_shape) * DTypeSize(c.dtype);
-    return layer;
-  }
-
   // Rebuilds `id` by name, runs it into a guarded output (RunGuarded) and
   // returns its relative L2 error, expected within the dtype's bound.
-  double RunAgainstReference(const Layer& layer, ConvLayerPlanner& planner,
+  double RunAgainstReference(const PreparedLayer& layer, ConvLayerPlanner& planner,
                              const EngineConfigId& id) {
     SCOPED_TRACE(absl::StrCat(layer.problem.Describe(), " ", id.ToString()));
     absl::StatusOr<ConvLayerPlan> plan = planner.BuildConfig(layer.problem, id);
     EXPECT_TRUE(plan.ok()) << plan.status();
     if (!plan.ok()) return INFINITY;
-    absl::StatusOr<std::unique_ptr<DeviceWeights>> weights =
-        DeviceWeights::Upload(*layer.graph, 0);
-    absl::StatusOr<DeviceBuffer> x = DeviceBuffer::Create(layer.input.size());
-    EXPECT_TRUE(weights.ok() && x.ok());
-    if (!weights.ok() || !x.ok()) return INFINITY;
-    EXPECT_EQ(cudaMemcpy(x->data(), layer.input.data(), layer.input.size(),
-                         cudaMemcpyHostToDevice),
-              cudaSuccess);
-    const double error =
-        RunGuarded(*plan, layer.problem, **weights, *x, layer.output_bytes, layer.expected);
+    const double error = RunGuarded(*plan, layer);
     EXPECT_LE(error, Bound(layer.problem.dtype));
     return error;
   }
@@ -253,7 +196,7 @@ class KnobSearchTest : public CudnnDeviceTest {
     absl::StatusOr<SearchReport> report;
     std::vector<size_t> knob_results;
   };
-  Search RunSearch(const Layer& layer, ConvLayerPlanner& planner,
+  Search RunSearch(const PreparedLayer& layer, ConvLayerPlanner& planner,
                    std::optional<ConvLayerPlan>* best) {
     const std::vector<EngineConfigId> listed = HeuristicIds(planner, layer.problem);
     Search search;
@@ -275,15 +218,15 @@ TEST_F(KnobSearchTest, NeighboursOfTheWinnerRaceAndMatchTheReference) {
   const uint64_t seed = EnvOr("CONVSERVE_KNOB_SEED", 20261126);
   const uint64_t count = EnvOr("CONVSERVE_KNOB_CASES", 12);
   std::mt19937_64 rng(seed);
-  std::vector<DenseCase> cases = BenchmarkCases();
+  std::vector<LayerCase> cases = BenchmarkCases();
   for (uint64_t i = 0; i < count; ++i) cases.push_back(DrawCase(&rng));
   const EngineSelection selection = Autotune(kKnobBudget);
   int tried = 0, passed = 0, won = 0;
   std::map<DType, double> worst;
-  for (const DenseCase& c : cases) {
+  for (const LayerCase& c : cases) {
     SCOPED_TRACE(c.Describe());
-    const Layer layer = MakeLayer(c, &rng);
-    ASSERT_NE(layer.graph, nullptr);
+    const PreparedLayer layer = Prepare(c, &rng);
+    ASSERT_TRUE(layer.ok);
     ConvLayerPlanner planner(handle_.get(), selection, target_);
     std::optional<ConvLayerPlan> best;
     const Search search = RunSearch(layer, planner, &best);
@@ -327,10 +270,10 @@ TEST_F(KnobSearchTest, NeighboursOfTheWinnerRaceAndMatchTheReference) {
 TEST_F(KnobSearchTest, BudgetZeroRunsOnlyTheHeuristicsLists) {
   std::mt19937_64 rng(5);
   const EngineSelection selection = Autotune(0);  // the planner keeps a reference
-  for (const DenseCase& c : BenchmarkCases()) {
+  for (const LayerCase& c : BenchmarkCases()) {
     SCOPED_TRACE(c.Describe());
-    const Layer layer = MakeLayer(c, &rng);
-    ASSERT_NE(layer.graph, nullptr);
+    const PreparedLayer layer = Prepare(c, &rng);
+    ASSERT_TRUE(layer.ok);
     ConvLayerPlanner planner(handle_.get(), selection, target_);
     const Search search = RunSearch(layer, planner, nullptr);
     ASSERT_TRUE(search.report.ok()) << search.report.status();
@@ -343,10 +286,10 @@ TEST_F(KnobSearchTest, BudgetZeroRunsOnlyTheHeuristicsLists) {
 TEST_F(KnobSearchTest, AKnobSearchCandidateNamedForReproductionRunsAlone) {
   std::mt19937_64 rng(9);
   const EngineSelection selection = Autotune(kKnobBudget);
-  for (const DenseCase& c : BenchmarkCases()) {
+  for (const LayerCase& c : BenchmarkCases()) {
     SCOPED_TRACE(c.Describe());
-    const Layer layer = MakeLayer(c, &rng);
-    ASSERT_NE(layer.graph, nullptr);
+    const PreparedLayer layer = Prepare(c, &rng);
+    ASSERT_TRUE(layer.ok);
     ConvLayerPlanner planner(handle_.get(), selection, target_);
     const Search search = RunSearch(layer, planner, nullptr);
     ASSERT_TRUE(search.report.ok()) << search.report.status();
@@ -380,10 +323,10 @@ TEST_F(KnobSearchTest, TheFinalNamesEachFinalistItRunsAndLeavesNoneInFlight) {
   std::mt19937_64 rng(13);
   const EngineSelection selection = Autotune(kKnobBudget);
   int finals = 0;
-  for (const DenseCase& c : BenchmarkCases()) {
+  for (const LayerCase& c : BenchmarkCases()) {
     SCOPED_TRACE(c.Describe());
-    const Layer layer = MakeLayer(c, &rng);
-    ASSERT_NE(layer.graph, nullptr);
+    const PreparedLayer layer = Prepare(c, &rng);
+    ASSERT_TRUE(layer.ok);
     ConvLayerPlanner planner(handle_.get(), selection, target_);
     RecordingObserver observer;
     absl::StatusOr<SearchReport> report =
@@ -425,10 +368,10 @@ void SearchWithAFaultInTheFinal(cudnnHandle_t handle, cudaStream_t stream,
                                 const CudnnTarget& target,
                                 const EngineSelection& selection) {
   std::mt19937_64 rng(17);
-  for (const DenseCase& c : BenchmarkCases()) {
-    absl::StatusOr<std::shared_ptr<const Graph>> graph = MakeGraph(c, &rng);
+  for (const LayerCase& c : BenchmarkCases()) {
+    absl::StatusOr<std::shared_ptr<const Graph>> graph = MakeLayerGraph(c, &rng);
     if (!graph.ok()) break;
-    const Shape input = {c.batch, c.channels, c.height, c.width};
+    const Shape input = c.InputShape();
     absl::StatusOr<std::vector<Shape>> outputs = (*graph)->InferShapes(input);
     if (!outputs.ok()) break;
     const ConvLayerProblem problem = MakeLayerProblems(**graph, input, *outputs)[0];
