@@ -50,15 +50,14 @@ std::string DepthwiseRejection(const ConvLayerProblem& problem) {
 }
 
 std::string GemmRejection(const ConvLayerProblem& problem) {
-  if (problem.dtype == DType::kFloat32) {
-    return "the direct path's implicit GEMM runs float16 and bfloat16 only";
-  }
   if (!problem.channels_last) {
     return "the direct path's implicit GEMM runs channels-last layers only";
   }
-  if (problem.input[1] % kDirectGemmChunk != 0) {
-    return absl::StrCat("the direct path's implicit GEMM needs input channels a multiple of ",
-                        kDirectGemmChunk, " (have ", problem.input[1], ")");
+  const int64_t chunk = DirectGemmChunk(problem.dtype);
+  if (problem.input[1] % chunk != 0) {
+    return absl::StrCat("the direct path's implicit GEMM needs ", DTypeName(problem.dtype),
+                        " input channels a multiple of ", chunk, " (have ", problem.input[1],
+                        ")");
   }
   if (problem.output[1] % 8 != 0) {
     return absl::StrCat(
@@ -68,9 +67,10 @@ std::string GemmRejection(const ConvLayerProblem& problem) {
   return SizeRejection(problem);
 }
 
-// Steps of kDirectGemmChunk reduction elements one output channel takes.
+// Steps of the reduction one output channel takes.
 int64_t GemmChunks(const ConvLayerProblem& problem) {
-  return problem.weights[2] * problem.weights[3] * problem.input[1] / kDirectGemmChunk;
+  return problem.weights[2] * problem.weights[3] * problem.input[1] /
+         DirectGemmChunk(problem.dtype);
 }
 
 std::vector<EngineConfigId> GemmConfigs(const ConvLayerProblem& problem) {
@@ -118,6 +118,10 @@ std::vector<EngineConfigId> DepthwiseConfigs(const ConvLayerProblem& problem) {
 }
 
 }  // namespace
+
+int64_t DirectGemmChunk(DType dtype) {
+  return kDirectGemmChunkBytes / static_cast<int64_t>(DTypeSize(dtype));
+}
 
 bool DirectPathApplies(const ConvLayerProblem& problem) {
   return IsDepthwise(problem) || IsDense(problem);

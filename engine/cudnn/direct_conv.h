@@ -11,16 +11,20 @@
 // channel vector one thread loads, in bytes (16 or 8: half the registers,
 // twice the threads).
 //
-// Engine 1, implicit GEMM for dense 2-D convolutions (groups == 1), float16
-// or bfloat16, channels-last, C a multiple of 32 and K of 8: a block
-// computes kDirectGemmTilePixels output pixels by 32 or 64 output channels
-// (knob 2) with mma.sync, and the reduction (R*S*C) is split across the 1,
-// 2, 4 or 8 blocks of a thread-block cluster (knob 3), which add their
-// partial sums through distributed shared memory (so no workspace and one
-// launch). It is for layers with too few output tiles to fill the GPU:
-// at batch 1, cuDNN's engines ran ResNet-50's 3x3 layers at 3-12% of the
-// floor (docs/cudnn.md, "Dense layers"). Clusters need compute capability 9.0
-// (ConfigRejection refuses it below).
+// Engine 1, implicit GEMM for dense 2-D convolutions (groups == 1),
+// channels-last, C a multiple of one step's channels (DirectGemmChunk: 32
+// for float16 and bfloat16, 16 for float32) and K of 8: a block computes
+// kDirectGemmTilePixels output pixels by 32 or 64 output channels (knob 2)
+// with mma.sync, and the reduction (R*S*C) is split across the 1, 2, 4 or 8
+// blocks of a thread-block cluster (knob 3), which add their partial sums
+// through distributed shared memory (so no workspace and one launch).
+// float32 layers multiply in TF32 (inputs rounded to 10 mantissa bits,
+// float32 sums), as cuDNN's tensor-core engines and PyTorch's default do;
+// --strict_float32 refuses it (ConfigRejection). It is for layers with too
+// few output tiles to fill the GPU: at batch 1, cuDNN's engines ran
+// ResNet-50's 3x3 layers at 3-12% of the floor (docs/cudnn.md, "Dense
+// layers"). Clusters need compute capability 9.0 (ConfigRejection refuses
+// it below).
 //
 // On the direct path an EngineConfigId names our engine and its knobs in our
 // own numbering ("direct:e0:k0=2,k1=16", "direct:e1:k2=64,k3=4"). This file
@@ -35,6 +39,7 @@
 
 #include "engine/conv_layer_problem.h"
 #include "engine/cudnn/engine_config_id.h"
+#include "engine/tensor.h"
 
 namespace convserve {
 
@@ -44,10 +49,10 @@ inline constexpr int64_t kDirectKnobVectorBytes = 1;
 inline constexpr int64_t kDirectGemmEngine = 1;
 inline constexpr int64_t kDirectKnobTileChannels = 2;
 inline constexpr int64_t kDirectKnobSplits = 3;
-// The GEMM engine's output pixels per block and the reduction elements (one
-// tap's channels) per step.
+// The GEMM engine's output pixels per block, and the bytes of one step of
+// the reduction (one tap's channels) per pixel and per output channel.
 inline constexpr int64_t kDirectGemmTilePixels = 64;
-inline constexpr int64_t kDirectGemmChunk = 32;
+inline constexpr int64_t kDirectGemmChunkBytes = 64;
 // The most blocks a cluster splits a reduction across (the portable limit).
 inline constexpr int kDirectGemmMaxSplits = 8;
 // The compute capability (major*10 + minor) the GEMM engine needs.
@@ -56,6 +61,9 @@ inline constexpr int kDirectGemmComputeCapability = 90;
 inline constexpr int64_t kDirectMaxTaps = 256;
 // Elements of the input or the output the engine indexes (32-bit).
 inline constexpr int64_t kDirectMaxElements = (int64_t{1} << 31) - 1;
+
+// The reduction elements (one tap's channels) of one GEMM step for `dtype`.
+int64_t DirectGemmChunk(DType dtype);
 
 // Whether the direct path has an engine for `problem`'s kind of layer at all
 // (a 2-D depthwise or dense conv), so the search tries the path.

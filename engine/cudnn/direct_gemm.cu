@@ -1,11 +1,14 @@
 // The direct path's implicit GEMM (engine 1 of engine/cudnn/direct_conv.h).
 //
 // The conv as a GEMM: rows are output pixels (N*P*Q), columns output
-// channels (K), the reduction runs over R*S*C in steps of one tap's 32
-// channels, so a step's input is 64 contiguous bytes of a pixel (or zeros
-// where the tap falls in the padding) and its weights 64 contiguous bytes of
-// a channel's KRSC row. A block computes 64 pixels by kTileChannels
-// channels with mma.sync m16n8k16 (float32 accumulation).
+// channels (K), the reduction runs over R*S*C in steps of one tap's 64
+// bytes of channels (32 float16 or bfloat16, 16 float32), so a step's input
+// is 64 contiguous bytes of a pixel (or zeros where the tap falls in the
+// padding) and its weights 64 contiguous bytes of a channel's KRSC row. A
+// block computes 64 pixels by kTileChannels channels with mma.sync
+// (m16n8k16, or m16n8k8 TF32 for float32; float32 accumulation). The dtypes
+// share everything but the MMA: their steps have the same bytes, swizzle
+// and ldmatrix addresses (tensor_core.cuh, Mma).
 //
 // The layers this engine is for have few output tiles and long reductions,
 // and with one warp per scheduler a block issued an instruction every 5
@@ -45,10 +48,15 @@ constexpr int kGroupThreads = 32 * kGroupWarps;
 constexpr int kGroups = 4;
 constexpr int kThreads = kGroups * kGroupThreads;
 constexpr int kTilePixels = static_cast<int>(kDirectGemmTilePixels);
-constexpr int kChunk = static_cast<int>(kDirectGemmChunk);
 constexpr int kStages = 4;
-// 16-byte segments in a step's row (of one pixel or one output channel).
-constexpr int kSegments = kChunk * 2 / 16;
+// A step's row (of one pixel or one output channel): its elements, and its
+// 16-byte segments; two MMAs of 32 bytes of the reduction each.
+template <typename T>
+constexpr int kChunk = static_cast<int>(kDirectGemmChunkBytes) / static_cast<int>(sizeof(T));
+template <typename T>
+constexpr int kSegmentElements = 16 / static_cast<int>(sizeof(T));
+constexpr int kSegments = static_cast<int>(kDirectGemmChunkBytes) / 16;
+[[maybe_unused]] constexpr int kMmaSteps = kSegments / 2;
 static_assert(kTilePixels == 16 * kGroupWarps, "a warp owns 16 pixel rows");
 static_assert(kSegments == 4, "the swizzle spreads 4 segments over the banks");
 
@@ -56,19 +64,20 @@ static_assert(kSegments == 4, "the swizzle spreads 4 segments over the banks");
 struct GemmDims : DirectConvDims {
   int pixels;     // n * p * q
   int reduction;  // r * s * c: one output channel's weights
-  int chunks;     // reduction / kChunk
+  int chunks;     // reduction / kChunk<T>
 };
 
-// Where segment `segment` (8 elements) of row `row` of a step's tile sits,
+// Where segment `segment` (16 bytes) of row `row` of a step's tile sits,
 // in elements: rows of 64 bytes, segments XOR-swizzled so the 8 rows one
 // ldmatrix reads fall in 8 distinct bank groups.
+template <typename T>
 [[maybe_unused]] __host__ __device__ constexpr int Swizzled(int row, int segment) {
-  return row * kChunk + ((segment ^ ((row >> 1) & 3)) << 3);
+  return row * kChunk<T> + (segment ^ ((row >> 1) & 3)) * kSegmentElements<T>;
 }
 
 // A group's step in a stage: 64 pixel rows, then kTileChannels weight rows.
-template <int kTileChannels>
-constexpr int kStepElements = (kTilePixels + kTileChannels) * kChunk;
+template <typename T, int kTileChannels>
+constexpr int kStepElements = (kTilePixels + kTileChannels) * kChunk<T>;
 
 // Partial sums, [kTilePixels][kPartialStride] floats per group; the padding
 // spreads a warp's float2 writes over the banks.
@@ -79,7 +88,7 @@ constexpr int kPartialFloats = kTilePixels * kPartialStride<kTileChannels>;
 
 template <typename T, int kTileChannels>
 constexpr size_t SharedBytes() {
-  const size_t stages = size_t{kStages} * kGroups * kStepElements<kTileChannels> * sizeof(T);
+  const size_t stages = size_t{kStages} * kGroups * kStepElements<T, kTileChannels> * sizeof(T);
   const size_t partial = size_t{kGroups} * kPartialFloats<kTileChannels> * sizeof(float);
   return std::max(stages, partial);
 }
@@ -93,8 +102,8 @@ __device__ inline void StorePair(T* y, const T* bias, const Activation& activati
     v0 += ToFloat(bias[channel]);
     v1 += ToFloat(bias[channel + 1]);
   }
-  *reinterpret_cast<unsigned*>(y + pixel * d.k + channel) =
-      Pack<T>(Activate<K>(activation, v0), Activate<K>(activation, v1));
+  StoreTwo<T>(y + pixel * d.k + channel, Activate<K>(activation, v0),
+              Activate<K>(activation, v1));
 }
 
 // The output of rows [row_begin, row_end) of a tile, by all the block's
@@ -196,19 +205,20 @@ __global__ void __launch_bounds__(kThreads)
   for (int i = 0; i < kWeightRows; ++i) {
     const int channel = channel0 + tid / kSegments + i * kRowStep;
     channel_valid[i] = channel < d.k;
-    weight_row[i] = w + (channel_valid[i] ? channel : 0) * d.reduction + segment * 8;
+    weight_row[i] =
+        w + (channel_valid[i] ? channel : 0) * d.reduction + segment * kSegmentElements<T>;
   }
 
   // The group's next step to copy (kGroups steps after its last), as the
   // tap (r, s) and first channel c0 it covers: advanced without division.
   int next_chunk = chunk_begin + group;
-  int c0 = (next_chunk * kChunk) % d.c;
-  int tap = (next_chunk * kChunk) / d.c;
+  int c0 = (next_chunk * kChunk<T>) % d.c;
+  int tap = (next_chunk * kChunk<T>) / d.c;
   int tap_r = tap / d.s, tap_s = tap - tap_r * d.s;
   const auto load = [&](int slot) {
     if (next_chunk < chunk_end) {
-      T* a = stages + (slot * kGroups + group) * kStepElements<kTileChannels>;
-      T* b = a + kTilePixels * kChunk;
+      T* a = stages + (slot * kGroups + group) * kStepElements<T, kTileChannels>;
+      T* b = a + kTilePixels * kChunk<T>;
 #pragma unroll
       for (int i = 0; i < kInputRows; ++i) {
         const int h = top[i] + tap_r * d.dilation_h, col = left[i] + tap_s * d.dilation_w;
@@ -216,17 +226,19 @@ __global__ void __launch_bounds__(kThreads)
                             static_cast<unsigned>(h) < static_cast<unsigned>(d.h) &&
                             static_cast<unsigned>(col) < static_cast<unsigned>(d.w);
         const T* source =
-            inside ? x + ((image_row[i] + h) * d.w + col) * d.c + c0 + segment * 8 : x;
-        CopyAsync16(a + Swizzled(tid / kSegments + i * kRowStep, segment), source, inside);
+            inside ? x + ((image_row[i] + h) * d.w + col) * d.c + c0 +
+                         segment * kSegmentElements<T>
+                   : x;
+        CopyAsync16(a + Swizzled<T>(tid / kSegments + i * kRowStep, segment), source, inside);
       }
 #pragma unroll
       for (int i = 0; i < kWeightRows; ++i) {
-        CopyAsync16(b + Swizzled(tid / kSegments + i * kRowStep, segment),
-                    weight_row[i] + next_chunk * kChunk, channel_valid[i]);
+        CopyAsync16(b + Swizzled<T>(tid / kSegments + i * kRowStep, segment),
+                    weight_row[i] + next_chunk * kChunk<T>, channel_valid[i]);
       }
     }
     next_chunk += kGroups;
-    c0 += kGroups * kChunk;
+    c0 += kGroups * kChunk<T>;
     while (c0 >= d.c) {
       c0 -= d.c;
       if (++tap_s == d.s) {
@@ -237,15 +249,15 @@ __global__ void __launch_bounds__(kThreads)
   };
 
   // ldmatrix offsets of this thread's rows, the same in every step.
-  int a_offset[kChunk / 16], b_offset[kTileChannels / 16][kChunk / 16];
+  int a_offset[kMmaSteps], b_offset[kTileChannels / 16][kMmaSteps];
 #pragma unroll
-  for (int step = 0; step < kChunk / 16; ++step) {
-    a_offset[step] = Swizzled(warp * 16 + (lane & 15), 2 * step + (lane >> 4));
+  for (int step = 0; step < kMmaSteps; ++step) {
+    a_offset[step] = Swizzled<T>(warp * 16 + (lane & 15), 2 * step + (lane >> 4));
 #pragma unroll
     for (int f = 0; f < kTileChannels / 16; ++f) {
-      b_offset[f][step] = kTilePixels * kChunk +
-                          Swizzled(16 * f + (lane & 7) + ((lane >> 4) << 3),
-                                   2 * step + ((lane >> 3) & 1));
+      b_offset[f][step] = kTilePixels * kChunk<T> +
+                          Swizzled<T>(16 * f + (lane & 7) + ((lane >> 4) << 3),
+                                      2 * step + ((lane >> 3) & 1));
     }
   }
 
@@ -266,15 +278,18 @@ __global__ void __launch_bounds__(kThreads)
     if (i + kStages - 1 < stage_count) load((i + kStages - 1) % kStages);
     CopyAsyncCommit();
     if (chunk_begin + i * kGroups + group >= chunk_end) continue;
-    const T* step_base = stages + ((i % kStages) * kGroups + group) * kStepElements<kTileChannels>;
+    const T* step_base =
+        stages + ((i % kStages) * kGroups + group) * kStepElements<T, kTileChannels>;
 #pragma unroll
-    for (int step = 0; step < kChunk / 16; ++step) {
+    for (int step = 0; step < kMmaSteps; ++step) {
       unsigned a_fragment[4];
       LdMatrixX4(a_fragment, step_base + a_offset[step]);
+      RoundToTf32<T>(a_fragment);
 #pragma unroll
       for (int f = 0; f < kTileChannels / 16; ++f) {
         unsigned b_fragment[4];
         LdMatrixX4(b_fragment, step_base + b_offset[f][step]);
+        RoundToTf32<T>(b_fragment);
         Mma<T>(acc[2 * f], a_fragment, b_fragment[0], b_fragment[1]);
         Mma<T>(acc[2 * f + 1], a_fragment, b_fragment[2], b_fragment[3]);
       }
@@ -330,19 +345,20 @@ __global__ void __launch_bounds__(kThreads)
 
 
 
+template <typename T>
 GemmDims DimsOf(const ConvLayerProblem& problem) {
   GemmDims d;
   static_cast<DirectConvDims&>(d) = DirectConvDimsOf(problem);
   d.pixels = d.n * d.p * d.q;
   d.reduction = d.r * d.s * d.c;
-  d.chunks = d.reduction / kChunk;
+  d.chunks = d.reduction / kChunk<T>;
   return d;
 }
 
 template <typename T, int kTileChannels>
 absl::Status Launch(const ConvLayerProblem& problem, const ConvLayerBuffers& b, int splits,
                     cudaStream_t stream) {
-  const GemmDims d = DimsOf(problem);
+  const GemmDims d = DimsOf<T>(problem);
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(static_cast<unsigned>((d.pixels + kTilePixels - 1) / kTilePixels),
                         static_cast<unsigned>((d.k + kTileChannels - 1) / kTileChannels),
@@ -403,9 +419,10 @@ absl::Status LaunchDirectGemm(const ConvLayerProblem& problem, const EngineConfi
       return DispatchTile<__nv_bfloat16>(problem, buffers, tile_channels,
                                          static_cast<int>(splits), stream);
     case DType::kFloat32:
-      break;
+      return DispatchTile<float>(problem, buffers, tile_channels, static_cast<int>(splits),
+                                 stream);
   }
-  return absl::InvalidArgumentError("the direct implicit GEMM runs float16 and bfloat16 only");
+  return absl::InvalidArgumentError("the direct implicit GEMM: unknown dtype");
 }
 
 }  // namespace convserve

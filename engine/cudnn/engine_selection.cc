@@ -26,6 +26,10 @@ std::string ConfigRejection(const EngineSelection& selection, const CudnnTarget&
                         "; this GPU has ", target.compute_capability / 10, ".",
                         target.compute_capability % 10, ")");
   }
+  if (id.path == LayerPath::kDirect && id.engine == kDirectGemmEngine &&
+      problem.dtype == DType::kFloat32 && selection.strict_float32) {
+    return "the implicit GEMM multiplies float32 in TF32 (--strict_float32)";
+  }
   if (id.path != LayerPath::kDirect && selection.blocklist.contains(id.engine)) {
     return "blocklisted (--engine_blocklist)";
   }

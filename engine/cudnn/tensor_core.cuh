@@ -1,7 +1,7 @@
 // Device helpers shared by convserve's tensor-core kernels (the pointwise
 // pair and the direct path's implicit GEMM): mma.sync and ldmatrix for the
-// 16-bit dtypes, cp.async copies, and activations with their kind fixed at
-// compile time. sm_80 and newer.
+// 16-bit dtypes and TF32, cp.async copies, and activations with their kind
+// fixed at compile time. sm_80 and newer.
 #ifndef CONVSERVE_ENGINE_CUDNN_TENSOR_CORE_CUH_
 #define CONVSERVE_ENGINE_CUDNN_TENSOR_CORE_CUH_
 
@@ -9,13 +9,19 @@
 #include <cuda_fp16.h>
 
 #include <cstring>
+#include <type_traits>
 
 #include "engine/activation.h"
 #include "engine/cudnn/device_dtype.cuh"
 
 namespace convserve {
 
-// mma.sync m16n8k16, row-major A, column-major B, float32 C += A * B.
+// mma.sync over 32 bytes of the reduction per row, row-major A,
+// column-major B, float32 C += A * B: m16n8k16 for the 16-bit types,
+// m16n8k8 TF32 for float (its operands rounded first, RoundToTf32). Both
+// take their fragments from the same ldmatrix.x4 addresses: a thread's 32
+// bits of row g are elements 2t, 2t+1 of a 16-bit row and element t of a
+// float row, where each shape wants them.
 template <typename T>
 __device__ inline void Mma(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1);
 template <>
@@ -37,6 +43,29 @@ __device__ inline void Mma<__nv_bfloat16>(float (&c)[4], const unsigned (&a)[4],
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+template <>
+__device__ inline void Mma<float>(float (&c)[4], const unsigned (&a)[4], unsigned b0,
+                                  unsigned b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// For float, a fragment's four values rounded to TF32 (to nearest, ties
+// away: cvt.rna), where mma would otherwise drop their low 13 bits; the
+// 16-bit types' fragments are left as they are.
+template <typename T>
+__device__ inline void RoundToTf32(unsigned (&r)[4]) {
+  if constexpr (std::is_same_v<T, float>) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r[i]) : "f"(__uint_as_float(r[i])));
+    }
+  }
+}
+
 // Two floats rounded to T, as one 32-bit register (lo in the low half).
 template <typename T>
 __device__ inline unsigned Pack(float lo, float hi) {
@@ -44,6 +73,17 @@ __device__ inline unsigned Pack(float lo, float hi) {
   unsigned bits;
   memcpy(&bits, pair, sizeof(bits));
   return bits;
+}
+
+// Two floats rounded to T, stored at p and p + 1 (p 4-byte aligned for the
+// 16-bit types, 8-byte for float).
+template <typename T>
+__device__ inline void StoreTwo(T* p, float v0, float v1) {
+  if constexpr (std::is_same_v<T, float>) {
+    *reinterpret_cast<float2*>(p) = make_float2(v0, v1);
+  } else {
+    *reinterpret_cast<unsigned*>(p) = Pack<T>(v0, v1);
+  }
 }
 
 __device__ inline void LdMatrixX4(unsigned (&r)[4], const void* shared) {

@@ -1,15 +1,16 @@
 // The direct path's implicit GEMM (engine 1 of engine/cudnn/direct_conv.h)
 // against the float64 reference, layer by layer:
-// - seeded random dense layers: float16 and bfloat16 NHWC, C a multiple of
-//   32 and K of 8, batch 1-3, odd sizes, rectangular kernels 1-5, strides
-//   1-3, dilations 1-2, asymmetric padding, every activation, with and
-//   without bias;
-// - ResNet-50's dense layers of tests/bench/conv_shapes.csv at batch 1;
+// - seeded random dense layers: float16, bfloat16 and float32 (TF32) NHWC,
+//   C a multiple of one step's channels (32; 16 for float32) and K of 8,
+//   batch 1-3, odd sizes, rectangular kernels 1-5, strides 1-3, dilations
+//   1-2, asymmetric padding, every activation, with and without bias;
+// - ResNet-50's dense layers of tests/bench/conv_shapes.csv at batch 1 and
+//   2, float16 and float32;
 // each under every GEMM configuration (every split of the reduction across
 // a cluster), into an output filled with NaN and followed by guard bytes:
 // every element must be written, none past the end.
 // Then the engine search: autotune races the GEMM against cuDNN on the
-// batch-1 layers, every GEMM candidate passes the prober's guarded-buffer
+// batch-1 layers (float16 and float32), every GEMM candidate passes the prober's guarded-buffer
 // checks, and the line per layer shows both sides' best time;
 // --direct_kernels=false keeps it out. Skips without a GPU; on a GPU without
 // clusters the configurations are refused (ConfigRejection) and the
@@ -39,8 +40,19 @@ namespace convserve {
 namespace {
 
 // Relative L2 against the float64 reference rounded to the dtype: float32
-// accumulation in another order flips the rounding of some elements.
-double Bound(DType dtype) { return dtype == DType::kFloat16 ? 2e-3 : 1e-2; }
+// accumulation in another order flips the rounding of some elements; float32
+// inputs are rounded to TF32 (10 mantissa bits), the bound cuDNN's TF32
+// engines are held to (docs/cudnn.md).
+double Bound(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32: return 1e-3;
+    case DType::kFloat16: return 2e-3;
+    case DType::kBFloat16: return 1e-2;
+  }
+  return 0;
+}
+
+constexpr DType kDtypes[] = {DType::kFloat16, DType::kBFloat16, DType::kFloat32};
 
 // A random layer the GEMM runs, with at least one output element.
 LayerCase DrawCase(std::mt19937_64* rng) {
@@ -49,10 +61,10 @@ LayerCase DrawCase(std::mt19937_64* rng) {
   };
   for (;;) {
     LayerCase c;
-    c.dtype = pick(0, 1) == 0 ? DType::kFloat16 : DType::kBFloat16;
+    c.dtype = kDtypes[pick(0, 2)];
     c.channels_last = true;
     c.batch = pick(1, 3);
-    c.channels = 32 * pick(1, 6);
+    c.channels = DirectGemmChunk(c.dtype) * pick(1, 6);
     c.out_channels = 8 * pick(1, 20);
     c.height = pick(1, 23);
     c.width = pick(1, 23);
@@ -73,8 +85,8 @@ LayerCase DrawCase(std::mt19937_64* rng) {
 }
 
 // ResNet-50's dense layers of tests/bench/conv_shapes.csv but the stem
-// (3 input channels), float16, with bias and ReLU, at `batch`.
-std::vector<LayerCase> ResNetCases(int64_t batch) {
+// (3 input channels), with bias and ReLU, at `batch`.
+std::vector<LayerCase> ResNetCases(int64_t batch, DType dtype) {
   struct Shape {
     const char* name;
     int64_t channels, out_channels, size, kernel, stride;
@@ -101,7 +113,7 @@ std::vector<LayerCase> ResNetCases(int64_t batch) {
     if (only != nullptr && *only != '\0' && std::string(only) != s.name) continue;
     LayerCase c;
     c.name = s.name;
-    c.dtype = DType::kFloat16;
+    c.dtype = dtype;
     c.channels_last = true;
     c.batch = batch;
     c.channels = s.channels;
@@ -159,12 +171,14 @@ TEST_F(DirectGemmTest, RandomDenseLayersMatchTheReference) {
 
 TEST_F(DirectGemmTest, ResNetLayersMatchTheReference) {
   std::mt19937_64 rng(5);
-  for (int64_t batch : {1, 2}) {
-    for (const LayerCase& c : ResNetCases(batch)) {
-      const double error = CheckCase(c, &rng);
-      std::printf("direct gemm %-70s N=%lld max relative L2 %.3e\n", c.Describe().c_str(),
-                  static_cast<long long>(batch), error);
-      if (HasFailure()) return;
+  for (DType dtype : {DType::kFloat16, DType::kFloat32}) {
+    for (int64_t batch : {1, 2}) {
+      for (const LayerCase& c : ResNetCases(batch, dtype)) {
+        const double error = CheckCase(c, &rng);
+        std::printf("direct gemm %-70s N=%lld max relative L2 %.3e\n", c.Describe().c_str(),
+                    static_cast<long long>(batch), error);
+        if (HasFailure()) return;
+      }
     }
   }
 }
@@ -177,7 +191,9 @@ TEST_F(DirectGemmTest, AutotuneRacesTheImplicitGemm) {
   if (!HasClusters()) GTEST_SKIP() << "no thread-block clusters on this GPU";
   std::mt19937_64 rng(13);
   int won = 0, layers = 0;
-  for (const LayerCase& c : ResNetCases(1)) {
+  std::vector<LayerCase> cases = ResNetCases(1, DType::kFloat16);
+  for (const LayerCase& c : ResNetCases(1, DType::kFloat32)) cases.push_back(c);
+  for (const LayerCase& c : cases) {
     const PreparedLayer layer = Prepare(c, &rng);
     ASSERT_TRUE(layer.ok);
     const size_t configs = DirectConvConfigs(layer.problem).size();
@@ -206,10 +222,12 @@ TEST_F(DirectGemmTest, AutotuneRacesTheImplicitGemm) {
       if (direct) {
         ++layers;
         won += best->path() == LayerPath::kDirect;
-        std::printf("race %-36s winner %-24s %.4f ms; best gemm %.4f ms, best cuDNN %.4f ms\n",
-                    c.name.c_str(), best->id().ToString().c_str(), best->measured_ms(),
-                    best_direct, best_cudnn);
-        std::printf("race %-36s gemm ms:%s\n", c.name.c_str(), gemm_times.c_str());
+        std::printf(
+            "race %-36s %-7s winner %-24s %.4f ms; best gemm %.4f ms, best cuDNN %.4f ms\n",
+            c.name.c_str(), DTypeName(c.dtype), best->id().ToString().c_str(),
+            best->measured_ms(), best_direct, best_cudnn);
+        std::printf("race %-36s %-7s gemm ms:%s\n", c.name.c_str(), DTypeName(c.dtype),
+                    gemm_times.c_str());
       } else {
         EXPECT_NE(best->path(), LayerPath::kDirect);
       }

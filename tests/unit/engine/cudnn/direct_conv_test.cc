@@ -113,6 +113,14 @@ TEST(DirectConvTest, DenseLayersHaveTheImplicitGemmConfigurations) {
                        "direct:e1:k2=64,k3=4", "direct:e1:k2=32,k3=2", "direct:e1:k2=64,k3=2",
                        "direct:e1:k2=32,k3=1", "direct:e1:k2=64,k3=1"}));
 
+  // float32 (TF32) has the same configurations; its steps are 16 channels.
+  ConvLayerProblem f32 = p;
+  f32.dtype = DType::kFloat32;
+  EXPECT_EQ(DirectGemmChunk(DType::kFloat32), 16);
+  EXPECT_EQ(DirectGemmChunk(DType::kFloat16), 32);
+  EXPECT_EQ(DirectGemmChunk(DType::kBFloat16), 32);
+  EXPECT_EQ(ConfigNames(f32), ConfigNames(p));
+
   // A reduction of one step (a 1x1 conv on 32 channels) is not split.
   ConvLayerProblem narrow = p;
   narrow.input = {1, 32, 7, 7};
@@ -120,6 +128,11 @@ TEST(DirectConvTest, DenseLayersHaveTheImplicitGemmConfigurations) {
   narrow.pad_before = narrow.pad_after = {0, 0};
   EXPECT_EQ(ConfigNames(narrow),
             (std::vector<std::string>{"direct:e1:k2=32,k3=1", "direct:e1:k2=64,k3=1"}));
+  // In float32 the same layer is two steps, so it splits in two.
+  narrow.dtype = DType::kFloat32;
+  EXPECT_EQ(ConfigNames(narrow),
+            (std::vector<std::string>{"direct:e1:k2=32,k3=2", "direct:e1:k2=64,k3=2",
+                                      "direct:e1:k2=32,k3=1", "direct:e1:k2=64,k3=1"}));
 }
 
 TEST(DirectConvTest, TheImplicitGemmRefusesWhatItDoesNotRun) {
@@ -128,15 +141,20 @@ TEST(DirectConvTest, TheImplicitGemmRefusesWhatItDoesNotRun) {
     return DirectConvRejection(p);
   };
   ConvLayerProblem p = Dense();
-  p.dtype = DType::kFloat32;
-  EXPECT_NE(rejection(p).find("float16 and bfloat16"), std::string::npos);
-  p = Dense();
   p.channels_last = false;
   EXPECT_NE(rejection(p).find("channels-last"), std::string::npos);
   p = Dense();
   p.input[1] = 48;
   p.weights[1] = 48;
-  EXPECT_NE(rejection(p).find("input channels a multiple of 32 (have 48)"), std::string::npos);
+  EXPECT_NE(rejection(p).find("float16 input channels a multiple of 32 (have 48)"),
+            std::string::npos);
+  // float32's steps are 16 channels (64 bytes).
+  p.dtype = DType::kFloat32;
+  EXPECT_EQ(DirectConvRejection(p), "");
+  p.input[1] = 40;
+  p.weights[1] = 40;
+  EXPECT_NE(rejection(p).find("float32 input channels a multiple of 16 (have 40)"),
+            std::string::npos);
   p = Dense();
   p.output[1] = 12;
   p.weights[0] = 12;
@@ -168,6 +186,25 @@ TEST(DirectConvTest, TheImplicitGemmNeedsClusters) {
     target.compute_capability = capability;
     EXPECT_EQ(ConfigRejection(selection, target, p, ConfigId("direct:e1:k2=64,k3=1")), "");
   }
+}
+
+// The GEMM multiplies float32 in TF32: --strict_float32 refuses it there,
+// and only there (the depthwise engine computes in float32).
+TEST(DirectConvTest, StrictFloat32RefusesTheTf32Gemm) {
+  EngineSelection selection;
+  selection.strict_float32 = true;
+  const CudnnTarget target;
+  const EngineConfigId gemm = ConfigId("direct:e1:k2=64,k3=1");
+  ConvLayerProblem p = Dense();
+  EXPECT_EQ(ConfigRejection(selection, target, p, gemm), "");
+  p.dtype = DType::kFloat32;
+  EXPECT_NE(ConfigRejection(selection, target, p, gemm).find("TF32 (--strict_float32)"),
+            std::string::npos);
+  ConvLayerProblem depthwise = Depthwise();
+  depthwise.dtype = DType::kFloat32;
+  EXPECT_EQ(ConfigRejection(selection, target, depthwise, ConfigId("direct:e0:k0=2,k1=16")), "");
+  selection.strict_float32 = false;
+  EXPECT_EQ(ConfigRejection(selection, target, p, gemm), "");
 }
 
 TEST(DirectConvTest, UnknownConfigurationsAreRefused) {
