@@ -13,11 +13,17 @@ CSV: GPU time per request of a multi-layer graph against PyTorch running the
 same layers under graph replay.
 
 Roofline floor = max(FLOPs / peak, bytes / bandwidth) with FLOPs =
-2*N*K*P*Q*(C/groups)*R*S and bytes = input + weights + bias + output. Peaks
+2*N*K*P*Q*(C/groups)*R*S and bytes = input + weights + bias + output, the
+input counted over the rows and columns some window reads (a 1x1 conv of
+stride 2 reads a quarter of its input). Peaks
 are dense tensor-core rates (float16; TF32 for float32) from the vendor's
 datasheet for the device named in the PyTorch CSV, or given by --peaks.
 
 Speedup = PyTorch µs / ours µs: above 1 means convserve is faster.
+
+The headline lines take the channels-last (NHWC) rows: PyTorch's fastest
+layout, so PyTorch at its best. NCHW rows (both sides NCHW) are summed up on
+lines of their own.
 """
 import argparse
 import csv
@@ -118,13 +124,21 @@ def geomean(values):
     return math.exp(sum(math.log(v) for v in values) / len(values))
 
 
+def read_extent(size, kernel, stride, pad, outputs):
+    """Input rows (or columns) of `size` that some of the `outputs` windows
+    of `kernel` taps, `stride` apart from -`pad`, read."""
+    return len({o * stride - pad + i for o in range(outputs) for i in range(kernel)}
+               & set(range(size)))
+
+
 def floor_us(shape, n, dtype, peaks):
     c, h, w, k, r, s, stride, pad, groups = shape
     p = (h + 2 * pad - r) // stride + 1
     q = (w + 2 * pad - s) // stride + 1
     elt = 2 if dtype in ("float16", "bfloat16") else 4
     flops = 2.0 * n * k * p * q * (c // groups) * r * s
-    bytes_ = elt * (n * c * h * w + k * (c // groups) * r * s + k + n * k * p * q)
+    read = read_extent(h, r, stride, pad, p) * read_extent(w, s, stride, pad, q)
+    bytes_ = elt * (n * c * read + k * (c // groups) * r * s + k + n * k * p * q)
     peak = peaks[0] if elt == 2 else peaks[1]
     return max(flops / (peak * 1e12), bytes_ / (peaks[2] * 1e9)) * 1e6
 
@@ -171,14 +185,14 @@ def compare_layers(args, out):
     print(LAYER_METHOD, file=out)
     print(f"peaks: fp16 {peaks[0]} TFLOP/s, tf32 {peaks[1]} TFLOP/s, {peaks[2]} GB/s; "
           f"floor% = floor_us / ours_us; speedup = PyTorch / ours (>1: ours faster)", file=out)
-    header = (f"{'layer':36} {'N':>3} {'dtype':8} {'path':8} {'ours_us':>8} "
+    header = (f"{'layer':36} {'N':>3} {'dtype':8} {'layout':6} {'path':8} {'ours_us':>8} "
               f"{'torch_graph_us':>14} {'variant':11} {'speedup':>7} {'eager_us':>9} "
               f"{'vs_eager':>8} {'floor_us':>8} {'floor%':>6}")
     if has_ours_graph:
         header += f" {'ours_graph_us':>13} {'graph_vs_graph':>14} {'graph_floor%':>12}"
     print(header, file=out)
 
-    vs_graph, vs_eager, ours_graph_vs_graph, joined = [], [], [], []
+    joined = []
     missing = 0
     for r in ours:
         key = (r["name"], r["batch"], r["dtype"], r["layout"])
@@ -193,10 +207,8 @@ def compare_layers(args, out):
         speedup = ratio(graph_us, ours_us)
         eager_speedup = ratio(eager_us, ours_us)
         graph_speedup = ratio(graph_us, ours_graph_us)
-        vs_graph.append(speedup)
-        vs_eager.append(eager_speedup)
-        ours_graph_vs_graph.append(graph_speedup)
-        line = (f"{r['name']:36} {n:>3} {r['dtype']:8} {r.get('path', ''):8} {fmt(ours_us, 8)} "
+        line = (f"{r['name']:36} {n:>3} {r['dtype']:8} {r['layout']:6} {r.get('path', ''):8} "
+                f"{fmt(ours_us, 8)} "
                 f"{fmt(graph_us, 14)} {variant or '-':11} {fmt(speedup, 7)} {fmt(eager_us, 9)} "
                 f"{fmt(eager_speedup, 8)} {fmt(floor, 8)} {fmt(100 * ratio(floor, ours_us), 6, 1)}")
         if has_ours_graph:
@@ -223,33 +235,38 @@ def compare_layers(args, out):
         print(f"{label}: geometric-mean speedup {geomean(finite):.3f} over {len(finite)} "
               f"layers; {slower} layers slower than PyTorch", file=out)
 
-    # The headline: ours replayed from a CUDA graph (the server's default)
-    # against PyTorch's replay, when the benchmark could capture our plans.
+    # The headline: the channels-last rows (PyTorch's fastest layout), ours
+    # replayed from a CUDA graph (the server's default) against PyTorch's
+    # replay, when the benchmark could capture our plans.
     ours_key = "ours_graph_us" if has_ours_graph else "ours_us"
     speedup_key = "ours_graph_speedup_vs_graph" if has_ours_graph else "speedup_vs_graph"
-    print("== layer summary", file=out)
+    headline = [row for row in joined if row["layout"] != "NCHW"]
+    nchw = [row for row in joined if row["layout"] == "NCHW"]
+    print("== layer summary (channels-last rows: PyTorch's fastest layout)", file=out)
     if has_ours_graph:
         summary("ours replayed from a CUDA graph (the server's default) vs PyTorch graph replay "
-                "(headline)", ours_graph_vs_graph)
-        unreplayed = [row["layer"] + f" N={row['batch']} " + row["dtype"] for row in joined
-                      if math.isnan(row["ours_graph_us"])]
+                "(headline)", [row["ours_graph_speedup_vs_graph"] for row in headline])
+        unreplayed = [row["layer"] + f" N={row['batch']} " + row["dtype"] + " " + row["layout"]
+                      for row in joined if math.isnan(row["ours_graph_us"])]
         if unreplayed:
             print(f"{len(unreplayed)} layers without a replayed figure (the capture failed: "
                   f"conv_layer_bench.err), left out of the lines on ours_graph_us below: "
                   f"{', '.join(unreplayed)}", file=out)
     summary("ours launched from the host per layer (--cuda_graphs=false) vs PyTorch graph replay",
-            vs_graph)
-    summary("ours launched from the host per layer vs PyTorch eager", vs_eager)
-    for batch, dtype in sorted({(row["batch"], row["dtype"]) for row in joined}):
-        summary(f"  N={batch} {dtype}, {ours_key} vs graph replay",
-                [row[speedup_key] for row in joined
-                 if row["batch"] == batch and row["dtype"] == dtype])
-    batch1 = [row[ours_key] for row in joined
+            [row["speedup_vs_graph"] for row in headline])
+    summary("ours launched from the host per layer vs PyTorch eager",
+            [row["speedup_vs_eager"] for row in headline])
+    for batch, dtype, layout in sorted({(row["batch"], row["dtype"], row["layout"])
+                                        for row in joined}):
+        summary(f"  N={batch} {dtype} {layout}, {ours_key} vs graph replay",
+                [row[speedup_key] for row in joined if row["batch"] == batch
+                 and row["dtype"] == dtype and row["layout"] == layout])
+    batch1 = [row[ours_key] for row in headline
               if row["batch"] == 1 and not math.isnan(row[ours_key])]
     if batch1:
         print(f"N=1 layers within 5 us ({ours_key}): {sum(us <= 5.0 for us in batch1)} of "
               f"{len(batch1)}", file=out)
-    slower = sorted((row for row in joined if row[speedup_key] < 1.0),
+    slower = sorted((row for row in headline if row[speedup_key] < 1.0),
                     key=lambda row: row[speedup_key])
     if slower:
         print(f"slowest against PyTorch graph replay ({ours_key}; of {len(slower)} slower):",
@@ -258,6 +275,9 @@ def compare_layers(args, out):
             print(f"  {row['layer']:34} N={row['batch']:<3} {row['dtype']:8} {row['path']:8} "
                   f"ours {row[ours_key]:.2f} us, PyTorch {row['torch_graph_us']:.2f} us "
                   f"({row['torch_graph_variant']}): {row[speedup_key]:.2f}x", file=out)
+    if nchw:
+        summary("NCHW rows (both sides NCHW; not in the headline), "
+                f"{ours_key} vs PyTorch graph replay", [row[speedup_key] for row in nchw])
     if args.csv and joined:
         with open(args.csv, "w", newline="") as f:
             writer = csv.DictWriter(f, fieldnames=list(joined[0]))

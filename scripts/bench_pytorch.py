@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """PyTorch peer for tests/bench/conv_layer_bench: the same conv + bias + ReLU
-layers, batch sizes and dtype/layout pairs (float16 NHWC as channels_last,
-float32 NCHW), on device-resident tensors, with cudnn.benchmark on and
-PyTorch's default TF32 setting.
+layers, batch sizes and dtype/layout pairs (float16 and float32 NHWC as
+channels_last, PyTorch's fastest layout, and float32 NCHW), on
+device-resident tensors, with cudnn.benchmark on and PyTorch's default TF32
+setting.
 
 PyTorch is timed at its best: each variant is warmed up on a side stream (so
 cudnn.benchmark picks its algorithm outside the capture), one call is captured
@@ -144,7 +145,8 @@ def main():
           "graph_cudnn_fused_ms,eager_best_ms,eager_best_variant,eager_conv_relu_ms,"
           "eager_cudnn_fused_ms", flush=True)
     has_fused = hasattr(torch, "cudnn_convolution_relu")
-    variants = [(torch.float16, "float16", "NHWC"), (torch.float32, "float32", "NCHW")]
+    variants = [(torch.float16, "float16", "NHWC"), (torch.float32, "float32", "NHWC"),
+                (torch.float32, "float32", "NCHW")]
     begin = time.monotonic()
     for name, c, h, w, k, r, s, stride, pad, groups in read_shapes(args.shapes):
         for batch in map(int, args.batches.split(",")):

@@ -1,7 +1,8 @@
 // Per-layer GPU time of the cuDNN backend on the shapes of
 // tests/bench/conv_shapes.csv: conv + bias + ReLU, batch 1 and 32, float16
-// NHWC and float32 NCHW. Prints CSV for scripts/bench_compare.py, which sets
-// it beside PyTorch on the same GPU (scripts/bench_pytorch.py).
+// NHWC, float32 NHWC and float32 NCHW. Prints CSV for
+// scripts/bench_compare.py, which sets it beside PyTorch on the same GPU
+// (scripts/bench_pytorch.py).
 //
 // Measured with CUDA events around back-to-back runs of the compiled layer on
 // device-resident data (no host copies): median over samples of the mean
@@ -176,7 +177,9 @@ int Run() {
   const struct {
     DType dtype;
     Layout layout;
-  } variants[] = {{DType::kFloat16, Layout::kNHWC}, {DType::kFloat32, Layout::kNCHW}};
+  } variants[] = {{DType::kFloat16, Layout::kNHWC},
+                  {DType::kFloat32, Layout::kNHWC},
+                  {DType::kFloat32, Layout::kNCHW}};
   for (const ConvShape& shape : ReadShapes(absl::GetFlag(FLAGS_shapes))) {
     for (absl::string_view batch_text : absl::StrSplit(absl::GetFlag(FLAGS_batches), ',')) {
       const int64_t batch = std::stoll(std::string(batch_text));

@@ -129,9 +129,9 @@ class BenchCompareTest(unittest.TestCase):
         self.assertIn("ours replayed from a CUDA graph (the server's default) vs PyTorch graph "
                       "replay (headline): geometric-mean speedup 2.000 over 2 layers; 0 layers "
                       "slower", text)
-        self.assertIn("N=1 float16, ours_graph_us vs graph replay: geometric-mean speedup 2.000 "
+        self.assertIn("N=1 float16 NHWC, ours_graph_us vs graph replay: geometric-mean speedup 2.000 "
                       "over 2", text)
-        self.assertIn("N=32 float16, ours_graph_us vs graph replay: no layers with both figures",
+        self.assertIn("N=32 float16 NHWC, ours_graph_us vs graph replay: no layers with both figures",
                       text)
         self.assertIn("N=1 layers within 5 us (ours_graph_us): 2 of 2", text)
         self.assertNotIn("slowest against", text)  # a is level (1.00x), not slower
@@ -157,7 +157,7 @@ class BenchCompareTest(unittest.TestCase):
         self.assertIn("slowest against PyTorch graph replay (ours_us; of 1 slower):", text)
         self.assertRegex(text, r"\n  a_1x1 +N=1 +float16 +fused +ours 8.00 us, PyTorch 4.00 us "
                                r"\(cudnn_fused\): 0.50x")
-        self.assertIn("N=1 float16, ours_us vs graph replay: geometric-mean speedup 1.000 over 2",
+        self.assertIn("N=1 float16 NHWC, ours_us vs graph replay: geometric-mean speedup 1.000 over 2",
                       text)
         self.assertIn("N=1 layers within 5 us (ours_us): 0 of 2", text)
 
@@ -170,6 +170,46 @@ class BenchCompareTest(unittest.TestCase):
         expected = max(flops / 989.4e12, bytes_ / 3350e9) * 1e6
         self.assertAlmostEqual(float(a["floor_us"]), expected, places=6)
         self.assertAlmostEqual(float(a["floor_fraction"]), expected / 8.0, places=6)
+
+    def test_nchw_rows_are_summed_up_apart_from_the_headline(self):
+        # A float32 NCHW row beside the channels-last ones: PyTorch runs it
+        # NCHW too, which is not its fastest layout, so it stays out of the
+        # headline, the batch-1 count and the slower list.
+        ours = OURS + "a_1x1,1,float32,NCHW,autotune,fused,3,0.00200,0.00100\n"
+        torch = TORCH + ("a_1x1,1,float32,NCHW,0.00400,conv_relu,0.00400,nan,0.00800,"
+                         "conv_relu,0.00800,nan\n")
+        text = self.run_compare(*self.layer_args(torch, ours))
+        self.assertIn("float32  NCHW", text)
+        self.assertIn("(headline): geometric-mean speedup 2.000 over 2 layers", text)
+        self.assertIn("N=1 float32 NCHW, ours_graph_us vs graph replay: geometric-mean speedup "
+                      "4.000 over 1 layers", text)
+        self.assertIn("N=1 layers within 5 us (ours_graph_us): 2 of 2", text)
+        self.assertIn("NCHW rows (both sides NCHW; not in the headline), ours_graph_us vs "
+                      "PyTorch graph replay: geometric-mean speedup 4.000 over 1 layers", text)
+        # Made slower, it is not listed among the headline's slower layers.
+        ours = OURS + "a_1x1,1,float32,NCHW,autotune,fused,3,0.00800,0.00800\n"
+        text = self.run_compare(*self.layer_args(torch, ours))
+        self.assertNotIn("slowest against", text)
+        self.assertIn("geometric-mean speedup 0.500 over 1 layers; 1 layers slower", text)
+
+    def test_floor_counts_the_input_a_strided_conv_reads(self):
+        peaks = (989.4, 494.7, 3350.0)
+        # A 1x1 conv of stride 2 on 56x56 reads rows and columns 0, 2, ..., 54.
+        self.assertEqual(bench_compare.read_extent(56, 1, 2, 0, 28), 28)
+        # A 3x3 of stride 1 or 2 with padding 1 reads every row; a 7x7 of
+        # stride 2, padding 3 on 224 too.
+        self.assertEqual(bench_compare.read_extent(56, 3, 1, 1, 56), 56)
+        self.assertEqual(bench_compare.read_extent(56, 3, 2, 1, 28), 56)
+        self.assertEqual(bench_compare.read_extent(224, 7, 2, 3, 112), 224)
+        # 2x2 windows 3 apart skip every third row: 0,1, 3,4, 6,7 of 0..8.
+        self.assertEqual(bench_compare.read_extent(9, 2, 3, 0, 3), 6)
+        downsample = (256, 56, 56, 512, 1, 1, 2, 0, 1)
+        n = 32
+        bytes_ = 2 * (n * 256 * 28 * 28 + 512 * 256 + 512 + n * 512 * 28 * 28)
+        flops = 2.0 * n * 512 * 28 * 28 * 256
+        expected = max(flops / 989.4e12, bytes_ / 3350e9) * 1e6
+        self.assertAlmostEqual(bench_compare.floor_us(downsample, n, "float16", peaks), expected,
+                               places=6)
 
     def test_old_eager_only_torch_csv_has_no_headline(self):
         text = self.run_compare(*self.layer_args(TORCH_OLD))
