@@ -51,6 +51,7 @@ constexpr int kTilePixels = static_cast<int>(kDirectGemmTilePixels);
 constexpr int kStages = 4;
 // A step's row (of one pixel or one output channel): its elements, and its
 // 16-byte segments; two MMAs of 32 bytes of the reduction each.
+// (DirectGemmChunk of its dtype, at compile time)
 template <typename T>
 constexpr int kChunk = static_cast<int>(kDirectGemmChunkBytes) / static_cast<int>(sizeof(T));
 template <typename T>
@@ -64,7 +65,7 @@ static_assert(kSegments == 4, "the swizzle spreads 4 segments over the banks");
 struct GemmDims : DirectConvDims {
   int pixels;     // n * p * q
   int reduction;  // r * s * c: one output channel's weights
-  int chunks;     // reduction / kChunk<T>
+  int chunks;     // reduction / DirectGemmChunk(dtype), which is kChunk<T>
 };
 
 // Where segment `segment` (16 bytes) of row `row` of a step's tile sits,
@@ -345,20 +346,19 @@ __global__ void __launch_bounds__(kThreads)
 
 
 
-template <typename T>
 GemmDims DimsOf(const ConvLayerProblem& problem) {
   GemmDims d;
   static_cast<DirectConvDims&>(d) = DirectConvDimsOf(problem);
   d.pixels = d.n * d.p * d.q;
   d.reduction = d.r * d.s * d.c;
-  d.chunks = d.reduction / kChunk<T>;
+  d.chunks = d.reduction / static_cast<int>(DirectGemmChunk(problem.dtype));
   return d;
 }
 
 template <typename T, int kTileChannels>
 absl::Status Launch(const ConvLayerProblem& problem, const ConvLayerBuffers& b, int splits,
                     cudaStream_t stream) {
-  const GemmDims d = DimsOf<T>(problem);
+  const GemmDims d = DimsOf(problem);
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(static_cast<unsigned>((d.pixels + kTilePixels - 1) / kTilePixels),
                         static_cast<unsigned>((d.k + kTileChannels - 1) / kTileChannels),
