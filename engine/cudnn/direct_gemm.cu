@@ -275,7 +275,10 @@ __global__ void __launch_bounds__(kThreads)
   }
   for (int i = 0; i < stage_count; ++i) {
     CopyAsyncWait<kStages - 2>();
-    __syncthreads();  // stage i is in; every warp is done with stage i - 1's slot
+    // Stage i is in and every warp is done with stage i - 1's slot: a
+    // group's rows of a slot are copied and read by its own warps only, so
+    // the groups wait for their own copies, not for each other's.
+    GroupBarrier(1 + group, kGroupThreads);
     if (i + kStages - 1 < stage_count) load((i + kStages - 1) % kStages);
     CopyAsyncCommit();
     if (chunk_begin + i * kGroups + group >= chunk_end) continue;

@@ -93,6 +93,13 @@ __device__ inline void LdMatrixX4(unsigned (&r)[4], const void* shared) {
                : "r"(address));
 }
 
+// Named barrier `id` (1-15; 0 is __syncthreads') of `threads` threads, a
+// multiple of 32: the calling warps wait for each other only, and their
+// shared-memory writes before it are visible to each other after it.
+__device__ inline void GroupBarrier(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
 // 16 bytes from global to shared memory, or 16 zero bytes when !valid.
 __device__ inline void CopyAsync16(void* shared, const void* global, bool valid) {
   const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(shared));
