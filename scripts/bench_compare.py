@@ -124,6 +124,10 @@ def geomean(values):
     return math.exp(sum(math.log(v) for v in values) / len(values))
 
 
+# The layouts of the headline: PyTorch's fastest (channels_last).
+CHANNELS_LAST = ("NHWC", "NDHWC")
+
+
 def read_extent(size, kernel, stride, pad, outputs):
     """Input rows (or columns) of `size` that some of the `outputs` windows
     of `kernel` taps, `stride` apart from -`pad`, read."""
@@ -240,8 +244,8 @@ def compare_layers(args, out):
     # replay, when the benchmark could capture our plans.
     ours_key = "ours_graph_us" if has_ours_graph else "ours_us"
     speedup_key = "ours_graph_speedup_vs_graph" if has_ours_graph else "speedup_vs_graph"
-    headline = [row for row in joined if row["layout"] != "NCHW"]
-    nchw = [row for row in joined if row["layout"] == "NCHW"]
+    headline = [row for row in joined if row["layout"] in CHANNELS_LAST]
+    channels_first = [row for row in joined if row["layout"] not in CHANNELS_LAST]
     print("== layer summary (channels-last rows: PyTorch's fastest layout)", file=out)
     if has_ours_graph:
         summary("ours replayed from a CUDA graph (the server's default) vs PyTorch graph replay "
@@ -275,9 +279,10 @@ def compare_layers(args, out):
             print(f"  {row['layer']:34} N={row['batch']:<3} {row['dtype']:8} {row['path']:8} "
                   f"ours {row[ours_key]:.2f} us, PyTorch {row['torch_graph_us']:.2f} us "
                   f"({row['torch_graph_variant']}): {row[speedup_key]:.2f}x", file=out)
-    if nchw:
+    if channels_first:
         summary("NCHW rows (both sides NCHW; not in the headline), "
-                f"{ours_key} vs PyTorch graph replay", [row[speedup_key] for row in nchw])
+                f"{ours_key} vs PyTorch graph replay",
+                [row[speedup_key] for row in channels_first])
     if args.csv and joined:
         with open(args.csv, "w", newline="") as f:
             writer = csv.DictWriter(f, fieldnames=list(joined[0]))
