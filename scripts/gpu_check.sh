@@ -39,6 +39,7 @@ if [[ " $steps " == *" tests "* ]]; then
   gtest gpu_server_test 120 "relative L2"
   gtest direct_conv_gpu_test 300 "^direct depthwise|winner"
   gtest direct_gemm_gpu_test 300 "^direct gemm, |^race"
+  gtest direct_narrow_gpu_test 300 "^direct narrow|^race"
   gtest pointwise_pair_gpu_test 300 "^pointwise pair|^pool "
   gtest knob_search_gpu_test 300 "^knob search|  float|  bfloat|winner|alone by name"
 fi

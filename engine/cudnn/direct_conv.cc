@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 
 #include "absl/strings/str_cat.h"
 
@@ -12,6 +13,7 @@ constexpr int64_t kColumnChoices[] = {2, 1, 4};
 constexpr int64_t kVectorByteChoices[] = {16, 8};
 constexpr int64_t kTileChannelChoices[] = {64, 32};
 constexpr int64_t kSplitChoices[] = {1, 2, 4, 8};
+constexpr int64_t kTilePixelChoices[] = {128, 64};
 // The GEMM engine's configurations are listed best guess first: the one
 // whose block count comes nearest this (an H100's 132 SMs).
 constexpr double kGemmBlocksGuess = 132;
@@ -101,6 +103,57 @@ std::vector<EngineConfigId> GemmConfigs(const ConvLayerProblem& problem) {
   return configs;
 }
 
+std::string NarrowRejection(const ConvLayerProblem& problem) {
+  if (!problem.channels_last) return "the narrow GEMM runs channels-last layers only";
+  if (problem.dilation[1] != 1) return "the narrow GEMM needs dilation 1 along W";
+  const int64_t row = problem.weights[3] * problem.input[1];
+  if (row > kDirectNarrowMaxRow) {
+    return absl::StrCat("the narrow GEMM needs kernel rows (S*C) of at most ", kDirectNarrowMaxRow,
+                        " elements (have ", row, ")");
+  }
+  if (problem.output[1] % 8 != 0) {
+    return absl::StrCat("the narrow GEMM needs output channels a multiple of 8 (have ",
+                        problem.output[1], ")");
+  }
+  const int64_t smallest = kTilePixelChoices[std::size(kTilePixelChoices) - 1];
+  if (const int64_t bytes = DirectNarrowLayoutOf(problem, smallest).shared_bytes;
+      bytes > kDirectNarrowMaxSharedBytes) {
+    return absl::StrCat("the narrow GEMM needs ", bytes, " bytes of shared memory, over ",
+                        kDirectNarrowMaxSharedBytes);
+  }
+  return SizeRejection(problem);
+}
+
+// Tiles as large as shared memory allows, listed best guess first like the
+// GEMM's: the one whose block count comes nearest kGemmBlocksGuess.
+std::vector<EngineConfigId> NarrowConfigs(const ConvLayerProblem& problem) {
+  const int64_t rows = problem.output[0] * problem.output[2];
+  const int64_t channel_tiles =
+      (problem.output[1] + kDirectNarrowTileChannels - 1) / kDirectNarrowTileChannels;
+  struct Ranked {
+    double distance;
+    EngineConfigId id;
+  };
+  std::vector<Ranked> ranked;
+  for (int64_t pixels : kTilePixelChoices) {
+    if (DirectNarrowLayoutOf(problem, pixels).shared_bytes > kDirectNarrowMaxSharedBytes) {
+      continue;
+    }
+    EngineConfigId id;
+    id.path = LayerPath::kDirect;
+    id.engine = kDirectNarrowEngine;
+    id.knobs = {{kDirectKnobTilePixels, pixels}};
+    const int64_t tiles = rows * ((problem.output[3] + pixels - 1) / pixels) * channel_tiles;
+    ranked.push_back(
+        {std::abs(std::log(static_cast<double>(tiles) / kGemmBlocksGuess)), std::move(id)});
+  }
+  std::stable_sort(ranked.begin(), ranked.end(),
+                   [](const Ranked& a, const Ranked& b) { return a.distance < b.distance; });
+  std::vector<EngineConfigId> configs;
+  for (Ranked& r : ranked) configs.push_back(std::move(r.id));
+  return configs;
+}
+
 std::vector<EngineConfigId> DepthwiseConfigs(const ConvLayerProblem& problem) {
   std::vector<EngineConfigId> configs;
   for (int64_t vector_bytes : kVectorByteChoices) {
@@ -123,20 +176,50 @@ int64_t DirectGemmChunk(DType dtype) {
   return kDirectGemmChunkBytes / static_cast<int64_t>(DTypeSize(dtype));
 }
 
+DirectNarrowLayout DirectNarrowLayoutOf(const ConvLayerProblem& problem, int64_t tile_pixels) {
+  const int64_t size = static_cast<int64_t>(DTypeSize(problem.dtype));
+  const int64_t group = 16 / size;
+  DirectNarrowLayout l;
+  l.row = problem.weights[3] * problem.input[1];
+  l.groups = (l.row + group - 1) / group;
+  l.steps = (problem.weights[2] * l.groups + 1) / 2;
+  l.pixel_step = problem.stride[1] * problem.input[1];
+  // An odd number of groups per channel, so the 8 channels one ldmatrix
+  // reads fall in 8 distinct 16-byte bank groups.
+  l.weight_stride = (2 * l.steps + 1) * group;
+  // The last pixel's row reads up to its last group's end.
+  l.input_stride =
+      ((tile_pixels - 1) * l.pixel_step + l.groups * group + group - 1) / group * group;
+  l.span = (problem.weights[2] - 1) * problem.dilation[0] + 1;
+  // The ring holds each row twice; a step's table entry is 16 bytes.
+  l.shared_bytes =
+      (kDirectNarrowTileChannels * l.weight_stride + 2 * l.span * l.input_stride) * size +
+      16 * l.steps;
+  return l;
+}
+
 bool DirectPathApplies(const ConvLayerProblem& problem) {
   return IsDepthwise(problem) || IsDense(problem);
 }
 
 std::string DirectConvRejection(const ConvLayerProblem& problem) {
   if (IsDepthwise(problem)) return DepthwiseRejection(problem);
-  if (IsDense(problem)) return GemmRejection(problem);
+  if (IsDense(problem)) {
+    // The narrow GEMM takes the layers the GEMM cannot.
+    std::string gemm = GemmRejection(problem);
+    if (gemm.empty()) return "";
+    const std::string narrow = NarrowRejection(problem);
+    if (narrow.empty()) return "";
+    return absl::StrCat(gemm, "; ", narrow);
+  }
   return "the direct path runs 2-D depthwise (groups == C == K) and dense (groups == 1) "
          "convolutions only";
 }
 
 std::vector<EngineConfigId> DirectConvConfigs(const ConvLayerProblem& problem) {
   if (!DirectConvRejection(problem).empty()) return {};
-  return IsDepthwise(problem) ? DepthwiseConfigs(problem) : GemmConfigs(problem);
+  if (IsDepthwise(problem)) return DepthwiseConfigs(problem);
+  return GemmRejection(problem).empty() ? GemmConfigs(problem) : NarrowConfigs(problem);
 }
 
 std::string DirectConfigRejection(const ConvLayerProblem& problem, const EngineConfigId& id) {

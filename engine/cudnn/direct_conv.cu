@@ -475,6 +475,7 @@ absl::Status LaunchDirectConv(const ConvLayerProblem& problem, const EngineConfi
   ConvLayerBuffers b = buffers;
   if (!problem.has_bias) b.bias = nullptr;
   if (id.engine == kDirectGemmEngine) return LaunchDirectGemm(problem, id, b, stream);
+  if (id.engine == kDirectNarrowEngine) return LaunchDirectNarrow(problem, id, b, stream);
   const int64_t vector_bytes = KnobOf(id, kDirectKnobVectorBytes);
   switch (KnobOf(id, kDirectKnobColumns)) {
     case 1:

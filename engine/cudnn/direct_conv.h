@@ -26,8 +26,21 @@
 // layers"). Clusters need compute capability 9.0 (ConfigRejection refuses
 // it below).
 //
+// Engine 2, the narrow implicit GEMM, for the dense channels-last layers
+// engine 1 cannot take (C not a multiple of its step) whose kernel rows are
+// short: dilation 1 along W and S*C at most kDirectNarrowMaxRow elements,
+// like a network's first conv (7x7 on 3 channels: rows of 21). A kernel row
+// of one output pixel then reads S*C contiguous input elements, so a block
+// stages the input rows its pixels read in shared memory once and its MMAs
+// read their A fragments there, with no im2col copy. Knob 4 is the output
+// pixels of one output row a block computes at a time (64 or 128: 32 per
+// warp), by kDirectNarrowTileChannels output channels; float32
+// multiplies in TF32, as in engine 1. cuDNN ran ResNet-50's stem at 17-21%
+// of its floor at batch 32 (docs/cudnn.md).
+//
 // On the direct path an EngineConfigId names our engine and its knobs in our
-// own numbering ("direct:e0:k0=2,k1=16", "direct:e1:k2=64,k3=4"). This file
+// own numbering ("direct:e0:k0=2,k1=16", "direct:e1:k2=64,k3=4",
+// "direct:e2:k4=128"). This file
 // is the part that needs no GPU (which problems and configurations exist);
 // the kernels are in direct_conv_kernel.h.
 #ifndef CONVSERVE_ENGINE_CUDNN_DIRECT_CONV_H_
@@ -57,6 +70,15 @@ inline constexpr int64_t kDirectGemmChunkBytes = 64;
 inline constexpr int kDirectGemmMaxSplits = 8;
 // The compute capability (major*10 + minor) the GEMM engine needs.
 inline constexpr int kDirectGemmComputeCapability = 90;
+inline constexpr int64_t kDirectNarrowEngine = 2;
+inline constexpr int64_t kDirectKnobTilePixels = 4;
+// The narrow GEMM's longest kernel row (S*C elements), the output channels
+// of a block, the shared memory a block may use (an H100's opt-in limit)
+// and the compute capability it needs (mma.sync on 16-bit types and TF32).
+inline constexpr int64_t kDirectNarrowMaxRow = 48;
+inline constexpr int64_t kDirectNarrowTileChannels = 64;
+inline constexpr int64_t kDirectNarrowMaxSharedBytes = 227 << 10;
+inline constexpr int kDirectNarrowComputeCapability = 80;
 // Kernel taps (R*S) the depthwise engine keeps in shared memory per channel.
 inline constexpr int64_t kDirectMaxTaps = 256;
 // Elements of the input or the output the engine indexes (32-bit).
@@ -64,6 +86,22 @@ inline constexpr int64_t kDirectMaxElements = (int64_t{1} << 31) - 1;
 
 // The reduction elements (one tap's channels) of one GEMM step for `dtype`.
 int64_t DirectGemmChunk(DType dtype);
+
+// The narrow GEMM's shared-memory layout for `problem` with `tile_pixels`
+// output pixels per block. The reduction is laid out in 16-byte groups
+// (8 float16 or bfloat16 elements, 4 float32): each kernel row's S*C
+// elements padded to `groups` groups, and an MMA step takes two groups.
+struct DirectNarrowLayout {
+  int64_t row = 0;            // S*C: the input elements a kernel row reads
+  int64_t groups = 0;         // 16-byte groups per kernel row
+  int64_t steps = 0;          // MMA steps: R*groups/2, rounded up
+  int64_t pixel_step = 0;     // stride_w*C: elements between two pixels' rows
+  int64_t weight_stride = 0;  // elements per output channel's weights
+  int64_t input_stride = 0;   // elements per staged input row
+  int64_t span = 0;           // input rows a tile reads: (R-1)*dilation_h+1
+  int64_t shared_bytes = 0;   // weights, staged rows (a ring), steps
+};
+DirectNarrowLayout DirectNarrowLayoutOf(const ConvLayerProblem& problem, int64_t tile_pixels);
 
 // Whether the direct path has an engine for `problem`'s kind of layer at all
 // (a 2-D depthwise or dense conv), so the search tries the path.

@@ -44,6 +44,12 @@ absl::Status LaunchDirectConv(const ConvLayerProblem& problem, const EngineConfi
 absl::Status LaunchDirectGemm(const ConvLayerProblem& problem, const EngineConfigId& id,
                               const ConvLayerBuffers& buffers, cudaStream_t stream);
 
+// LaunchDirectConv for the narrow implicit GEMM (engine kDirectNarrowEngine).
+// FAILED_PRECONDITION below compute capability 8.0, RESOURCE_EXHAUSTED when
+// its shared memory is over the GPU's limit.
+absl::Status LaunchDirectNarrow(const ConvLayerProblem& problem, const EngineConfigId& id,
+                                const ConvLayerBuffers& buffers, cudaStream_t stream);
+
 }  // namespace convserve
 
 #endif  // CONVSERVE_ENGINE_CUDNN_DIRECT_CONV_KERNEL_H_

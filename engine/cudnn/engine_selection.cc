@@ -26,9 +26,18 @@ std::string ConfigRejection(const EngineSelection& selection, const CudnnTarget&
                         "; this GPU has ", target.compute_capability / 10, ".",
                         target.compute_capability % 10, ")");
   }
-  if (id.path == LayerPath::kDirect && id.engine == kDirectGemmEngine &&
+  if (id.path == LayerPath::kDirect && id.engine == kDirectNarrowEngine &&
+      target.compute_capability > 0 &&
+      target.compute_capability < kDirectNarrowComputeCapability) {
+    return absl::StrCat("the narrow GEMM needs mma.sync (compute capability ",
+                        kDirectNarrowComputeCapability / 10, ".",
+                        kDirectNarrowComputeCapability % 10, "; this GPU has ",
+                        target.compute_capability / 10, ".", target.compute_capability % 10, ")");
+  }
+  if (id.path == LayerPath::kDirect &&
+      (id.engine == kDirectGemmEngine || id.engine == kDirectNarrowEngine) &&
       problem.dtype == DType::kFloat32 && selection.strict_float32) {
-    return "the implicit GEMM multiplies float32 in TF32 (--strict_float32)";
+    return "the implicit GEMMs multiply float32 in TF32 (--strict_float32)";
   }
   if (id.path != LayerPath::kDirect && selection.blocklist.contains(id.engine)) {
     return "blocklisted (--engine_blocklist)";

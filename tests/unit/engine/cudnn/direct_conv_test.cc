@@ -1,5 +1,5 @@
 // Which layers and configurations the direct path has (direct_conv.h): the
-// depthwise kernel and the implicit GEMM, and
+// depthwise kernel, the implicit GEMM and the narrow GEMM, and
 // how the selection filters treat it: --direct_kernels, the cuDNN engine
 // blocklist (which does not apply to our engine numbers) and errata rules
 // (which apply only when they name the path). No GPU needed.
@@ -102,6 +102,18 @@ ConvLayerProblem Dense() {
   return p;
 }
 
+// ResNet-50's stem at batch 32: 7x7 stride 2 on 3 channels, 224x224 ->
+// 112x112x64, float16 NHWC.
+ConvLayerProblem Stem() {
+  ConvLayerProblem p = Depthwise();
+  p.input = {32, 3, 224, 224};
+  p.weights = {64, 3, 7, 7};
+  p.output = {32, 64, 112, 112};
+  p.stride = {2, 2};
+  p.pad_before = p.pad_after = {3, 3};
+  return p;
+}
+
 TEST(DirectConvTest, DenseLayersHaveTheImplicitGemmConfigurations) {
   const ConvLayerProblem p = Dense();
   EXPECT_TRUE(DirectPathApplies(p));
@@ -186,9 +198,17 @@ TEST(DirectConvTest, TheImplicitGemmNeedsClusters) {
     target.compute_capability = capability;
     EXPECT_EQ(ConfigRejection(selection, target, p, ConfigId("direct:e1:k2=64,k3=1")), "");
   }
+  // The narrow GEMM needs mma.sync only (8.0).
+  const ConvLayerProblem stem = Stem();
+  target.compute_capability = 80;
+  EXPECT_EQ(ConfigRejection(selection, target, stem, ConfigId("direct:e2:k4=64")), "");
+  target.compute_capability = 75;
+  EXPECT_NE(ConfigRejection(selection, target, stem, ConfigId("direct:e2:k4=64"))
+                .find("compute capability 8.0; this GPU has 7.5"),
+            std::string::npos);
 }
 
-// The GEMM multiplies float32 in TF32: --strict_float32 refuses it there,
+// The GEMMs multiply float32 in TF32: --strict_float32 refuses them there,
 // and only there (the depthwise engine computes in float32).
 TEST(DirectConvTest, StrictFloat32RefusesTheTf32Gemm) {
   EngineSelection selection;
@@ -200,11 +220,105 @@ TEST(DirectConvTest, StrictFloat32RefusesTheTf32Gemm) {
   p.dtype = DType::kFloat32;
   EXPECT_NE(ConfigRejection(selection, target, p, gemm).find("TF32 (--strict_float32)"),
             std::string::npos);
+  const EngineConfigId narrow = ConfigId("direct:e2:k4=64");
+  ConvLayerProblem stem = Stem();
+  EXPECT_EQ(ConfigRejection(selection, target, stem, narrow), "");
+  stem.dtype = DType::kFloat32;
+  EXPECT_NE(ConfigRejection(selection, target, stem, narrow).find("TF32 (--strict_float32)"),
+            std::string::npos);
   ConvLayerProblem depthwise = Depthwise();
   depthwise.dtype = DType::kFloat32;
   EXPECT_EQ(ConfigRejection(selection, target, depthwise, ConfigId("direct:e0:k0=2,k1=16")), "");
   selection.strict_float32 = false;
   EXPECT_EQ(ConfigRejection(selection, target, p, gemm), "");
+}
+
+TEST(DirectConvTest, ShortKernelRowsHaveTheNarrowGemm) {
+  ConvLayerProblem p = Stem();
+  EXPECT_TRUE(DirectPathApplies(p));
+  EXPECT_EQ(DirectConvRejection(p), "");
+  // 112 rows of 32 images: 3584 or 7168 tiles, the fewest first.
+  EXPECT_EQ(ConfigNames(p), (std::vector<std::string>{"direct:e2:k4=128", "direct:e2:k4=64"}));
+  // A kernel row reads 21 elements: three groups of 8 float16, 21 groups in
+  // 11 steps; pixels 6 elements apart.
+  DirectNarrowLayout l = DirectNarrowLayoutOf(p, 128);
+  EXPECT_EQ(l.row, 21);
+  EXPECT_EQ(l.groups, 3);
+  EXPECT_EQ(l.steps, 11);
+  EXPECT_EQ(l.pixel_step, 6);
+  EXPECT_EQ(l.weight_stride, 23 * 8);
+  EXPECT_EQ(l.input_stride, 127 * 6 + 24 + 6);  // rounded up to a group
+  EXPECT_EQ(l.span, 7);
+  EXPECT_EQ(l.shared_bytes, (64 * 184 + 2 * 7 * 792) * 2 + 11 * 16);
+  // float32: groups of 4, six a kernel row, 42 in 21 steps.
+  p.dtype = DType::kFloat32;
+  l = DirectNarrowLayoutOf(p, 64);
+  EXPECT_EQ(l.groups, 6);
+  EXPECT_EQ(l.steps, 21);
+  EXPECT_EQ(l.weight_stride, 43 * 4);
+  EXPECT_EQ(l.input_stride, 63 * 6 + 24 + 2);
+  // Dilation along H widens the rows a tile reads, not the reduction.
+  p.dilation = {2, 1};
+  EXPECT_EQ(DirectNarrowLayoutOf(p, 64).span, 13);
+  EXPECT_EQ(DirectNarrowLayoutOf(p, 64).steps, 21);
+  p.dilation = {1, 1};
+  EXPECT_EQ(ConfigNames(p), ConfigNames(Stem()));
+
+  // At batch 1 (112 output rows), 128-pixel tiles come nearest 132 blocks.
+  p = Stem();
+  p.input[0] = p.output[0] = 1;
+  EXPECT_EQ(ConfigNames(p).front(), "direct:e2:k4=128");
+  // A layer the implicit GEMM runs is not the narrow GEMM's: 1x1 on 32
+  // channels (a row of 32 elements).
+  ConvLayerProblem gemm = Dense();
+  gemm.input = {1, 32, 7, 7};
+  gemm.weights = {512, 32, 1, 1};
+  gemm.pad_before = gemm.pad_after = {0, 0};
+  for (const EngineConfigId& id : DirectConvConfigs(gemm)) EXPECT_EQ(id.engine, kDirectGemmEngine);
+  EXPECT_NE(DirectConfigRejection(gemm, ConfigId("direct:e2:k4=128")), "");
+  // Its kernel rows may be up to 48 elements: 3x3 on 16 channels in float16,
+  // or a 1x1 on 48.
+  p = Stem();
+  p.input[1] = p.weights[1] = 16;
+  p.weights[2] = p.weights[3] = 3;
+  EXPECT_EQ(DirectConvRejection(p), "");
+  EXPECT_EQ(DirectConvConfigs(p).front().engine, kDirectNarrowEngine);
+}
+
+TEST(DirectConvTest, TheNarrowGemmRefusesWhatItDoesNotRun) {
+  const auto rejection = [](ConvLayerProblem p) {
+    EXPECT_TRUE(DirectConvConfigs(p).empty());
+    return DirectConvRejection(p);
+  };
+  ConvLayerProblem p = Stem();
+  p.weights[3] = 17;  // rows of 51
+  EXPECT_NE(rejection(p).find("kernel rows (S*C) of at most 48 elements (have 51)"),
+            std::string::npos)
+      << DirectConvRejection(p);
+  // Both engines' reasons are given.
+  EXPECT_NE(DirectConvRejection(p).find("multiple of 32 (have 3)"), std::string::npos);
+  p = Stem();
+  p.dilation = {1, 2};
+  EXPECT_NE(rejection(p).find("dilation 1 along W"), std::string::npos);
+  p = Stem();
+  p.dilation = {2, 1};  // along H it is free
+  EXPECT_EQ(DirectConvRejection(p), "");
+  p = Stem();
+  p.channels_last = false;
+  EXPECT_NE(rejection(p).find("narrow GEMM runs channels-last"), std::string::npos);
+  p = Stem();
+  p.output[1] = p.weights[0] = 60;
+  EXPECT_NE(rejection(p).find("output channels a multiple of 8 (have 60)"), std::string::npos);
+  // Very tall kernels do not fit shared memory (their weights are kept whole).
+  p = Stem();
+  p.input[1] = p.weights[1] = 1;
+  p.weights[2] = 1000;
+  p.input[2] = 1200;
+  p.output[2] = 1;
+  EXPECT_NE(rejection(p).find("bytes of shared memory"), std::string::npos);
+  EXPECT_NE(DirectConfigRejection(Stem(), ConfigId("direct:e2:k4=256")), "");
+  EXPECT_NE(DirectConfigRejection(Stem(), ConfigId("direct:e2:k4=32")), "");
+  EXPECT_NE(DirectConfigRejection(Stem(), ConfigId("direct:e1:k2=64,k3=1")), "");
 }
 
 TEST(DirectConvTest, UnknownConfigurationsAreRefused) {
