@@ -1,6 +1,6 @@
 // convserve's own convolution kernels, the "direct" layer path: autotune
 // races them against cuDNN's engines, timed the same way, and keeps the
-// faster (issue 12). Two engines, each applying the bias and activation
+// faster (issue 12). Three engines, each applying the bias and activation
 // before the one rounding, as a fused cuDNN plan does:
 //
 // Engine 0, depthwise 2-D convolution (groups == C == K). cuDNN's depthwise
