@@ -198,6 +198,13 @@ DirectNarrowLayout DirectNarrowLayoutOf(const ConvLayerProblem& problem, int64_t
   return l;
 }
 
+int64_t DirectKnob(const EngineConfigId& id, int64_t type) {
+  for (const auto& [knob, value] : id.knobs) {
+    if (knob == type) return value;
+  }
+  return 0;
+}
+
 bool DirectPathApplies(const ConvLayerProblem& problem) {
   return IsDepthwise(problem) || IsDense(problem);
 }

@@ -406,14 +406,6 @@ absl::Status DispatchDtype(const ConvLayerProblem& problem, const ConvLayerBuffe
   return absl::InternalError("unknown dtype");
 }
 
-// Knob `type` of `id`, or 0 when absent.
-int64_t KnobOf(const EngineConfigId& id, int64_t type) {
-  for (const auto& [knob, value] : id.knobs) {
-    if (knob == type) return value;
-  }
-  return 0;
-}
-
 }  // namespace
 
 int CurrentDeviceAttribute(cudaDeviceAttr attribute, int fallback) {
@@ -476,8 +468,8 @@ absl::Status LaunchDirectConv(const ConvLayerProblem& problem, const EngineConfi
   if (!problem.has_bias) b.bias = nullptr;
   if (id.engine == kDirectGemmEngine) return LaunchDirectGemm(problem, id, b, stream);
   if (id.engine == kDirectNarrowEngine) return LaunchDirectNarrow(problem, id, b, stream);
-  const int64_t vector_bytes = KnobOf(id, kDirectKnobVectorBytes);
-  switch (KnobOf(id, kDirectKnobColumns)) {
+  const int64_t vector_bytes = DirectKnob(id, kDirectKnobVectorBytes);
+  switch (DirectKnob(id, kDirectKnobColumns)) {
     case 1:
       return DispatchDtype<1>(problem, b, vector_bytes, stream);
     case 2:

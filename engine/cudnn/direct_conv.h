@@ -112,6 +112,8 @@ std::string DirectConvRejection(const ConvLayerProblem& problem);
 // order heuristic policies try them in); empty when DirectConvRejection is
 // not "".
 std::vector<EngineConfigId> DirectConvConfigs(const ConvLayerProblem& problem);
+// The value of knob `type` in `id`, or 0 when `id` does not set it.
+int64_t DirectKnob(const EngineConfigId& id, int64_t type);
 // Why `id` is not a direct configuration that runs `problem`, or "".
 std::string DirectConfigRejection(const ConvLayerProblem& problem, const EngineConfigId& id);
 

@@ -399,11 +399,8 @@ absl::Status DispatchTile(const ConvLayerProblem& problem, const ConvLayerBuffer
 
 absl::Status LaunchDirectGemm(const ConvLayerProblem& problem, const EngineConfigId& id,
                               const ConvLayerBuffers& buffers, cudaStream_t stream) {
-  int64_t tile_channels = 0, splits = 0;
-  for (const auto& [knob, value] : id.knobs) {
-    if (knob == kDirectKnobTileChannels) tile_channels = value;
-    if (knob == kDirectKnobSplits) splits = value;
-  }
+  const int64_t tile_channels = DirectKnob(id, kDirectKnobTileChannels);
+  const int64_t splits = DirectKnob(id, kDirectKnobSplits);
   if ((tile_channels != 32 && tile_channels != 64) ||
       (splits != 1 && splits != 2 && splits != 4 && splits != kDirectGemmMaxSplits)) {
     return absl::InvalidArgumentError(

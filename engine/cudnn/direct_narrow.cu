@@ -307,10 +307,10 @@ __global__ void __launch_bounds__(32 * kWarps, kResidentWarps / kWarps)
 #endif
 }
 
-NarrowDims DimsOf(const ConvLayerProblem& problem, int tile_pixels) {
+NarrowDims DimsOf(const ConvLayerProblem& problem, const DirectNarrowLayout& l,
+                  int tile_pixels) {
   NarrowDims d;
   static_cast<DirectConvDims&>(d) = DirectConvDimsOf(problem);
-  const DirectNarrowLayout l = DirectNarrowLayoutOf(problem, tile_pixels);
   d.row = static_cast<int>(l.row);
   d.groups = static_cast<int>(l.groups);
   d.steps = static_cast<int>(l.steps);
@@ -327,9 +327,9 @@ template <typename T, int kWarps, bool kAligned, int kActivation>
 absl::Status Launch(const ConvLayerProblem& problem, const ConvLayerBuffers& b,
                     cudaStream_t stream) {
   constexpr int kThreads = 32 * kWarps;
-  const NarrowDims d = DimsOf(problem, kWarpPixels * kWarps);
-  const int bytes =
-      static_cast<int>(DirectNarrowLayoutOf(problem, kWarpPixels * kWarps).shared_bytes);
+  const DirectNarrowLayout layout = DirectNarrowLayoutOf(problem, kWarpPixels * kWarps);
+  const NarrowDims d = DimsOf(problem, layout, kWarpPixels * kWarps);
+  const int bytes = static_cast<int>(layout.shared_bytes);
   const int limit = CurrentDeviceAttribute(cudaDevAttrMaxSharedMemoryPerBlockOptin, 0);
   if (bytes > limit) {
     return absl::ResourceExhaustedError(absl::StrCat("the narrow GEMM needs ", bytes,
@@ -410,10 +410,7 @@ absl::Status DispatchTile(const ConvLayerProblem& problem, const ConvLayerBuffer
 
 absl::Status LaunchDirectNarrow(const ConvLayerProblem& problem, const EngineConfigId& id,
                                 const ConvLayerBuffers& buffers, cudaStream_t stream) {
-  int64_t tile_pixels = 0;
-  for (const auto& [knob, value] : id.knobs) {
-    if (knob == kDirectKnobTilePixels) tile_pixels = value;
-  }
+  const int64_t tile_pixels = DirectKnob(id, kDirectKnobTilePixels);
   if (tile_pixels != 64 && tile_pixels != 128) {
     return absl::InvalidArgumentError(
         absl::StrCat(id.ToString(), " is not a configuration of the direct narrow GEMM"));

@@ -23,14 +23,10 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <map>
-#include <optional>
 #include <random>
 #include <string>
 #include <vector>
 
-#include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "engine/cudnn/candidate_search.h"
 #include "engine/cudnn/direct_conv.h"
 #include "gtest/gtest.h"
@@ -38,19 +34,6 @@
 
 namespace convserve {
 namespace {
-
-// Relative L2 against the float64 reference rounded to the dtype: float32
-// accumulation in another order flips the rounding of some elements; float32
-// inputs are rounded to TF32 (10 mantissa bits), the bound cuDNN's TF32
-// engines are held to (docs/cudnn.md).
-double Bound(DType dtype) {
-  switch (dtype) {
-    case DType::kFloat32: return 1e-3;
-    case DType::kFloat16: return 2e-3;
-    case DType::kBFloat16: return 1e-2;
-  }
-  return 0;
-}
 
 constexpr DType kDtypes[] = {DType::kFloat16, DType::kBFloat16, DType::kFloat32};
 
@@ -143,7 +126,7 @@ class DirectGemmTest : public CudnnDeviceTest {
 
     for (const EngineConfigId& id : configs) EXPECT_EQ(id.engine, kDirectGemmEngine);
     if (HasClusters()) {
-      return RunWorkspaceFreeConfigs(layer, configs, Bound(c.dtype), c.Describe());
+      return RunWorkspaceFreeConfigs(layer, configs, TensorCoreBound(c.dtype), c.Describe());
     }
     // Refused by the selection; built by name anyway, the launch refuses.
     EngineSelection selection;
@@ -166,7 +149,7 @@ TEST_F(DirectGemmTest, RandomDenseLayersMatchTheReference) {
   CheckRandomCases(
       "direct gemm", EnvOr("CONVSERVE_GEMM_SEED", 20261127), EnvOr("CONVSERVE_GEMM_CASES", 60),
       DrawCase, [this](const LayerCase& c, std::mt19937_64* rng) { return CheckCase(c, rng); },
-      Bound);
+      TensorCoreBound);
 }
 
 TEST_F(DirectGemmTest, ResNetLayersMatchTheReference) {
@@ -199,37 +182,20 @@ TEST_F(DirectGemmTest, AutotuneRacesTheImplicitGemm) {
     const size_t configs = DirectConvConfigs(layer.problem).size();
     const size_t raced = std::min<size_t>(configs, EngineSelection().autotune_candidates);
     for (bool direct : {true, false}) {
-      std::optional<ConvLayerPlan> best;
-      absl::StatusOr<SearchReport> report = Autotune(layer.problem, direct, &best);
-      ASSERT_TRUE(report.ok()) << c.Describe() << ": " << report.status();
-      size_t tried = 0;
-      float best_direct = INFINITY, best_cudnn = INFINITY;
-      std::string gemm_times;
-      for (const CandidateResult& result : report->results) {
-        if (result.id.path != LayerPath::kDirect) {
-          if (result.ok) best_cudnn = std::min(best_cudnn, result.ms);
-          continue;
-        }
-        ++tried;
-        EXPECT_TRUE(result.ok) << result.id.ToString() << ": " << result.detail;
-        EXPECT_GT(result.ms, 0) << result.id.ToString();
-        if (result.ok) best_direct = std::min(best_direct, result.ms);
-        absl::StrAppend(&gemm_times, " ", result.id.ToString().substr(10), "=",
-                        absl::StrFormat("%.4f", result.ms));
-      }
-      EXPECT_EQ(tried, direct ? raced : 0u) << c.Describe();
-      ASSERT_TRUE(best.has_value());
+      const DirectRace race = RaceDirect(layer.problem, kDirectGemmEngine, direct);
+      EXPECT_EQ(race.tried, direct ? raced : 0u) << c.Describe();
+      ASSERT_TRUE(race.best.has_value());
       if (direct) {
         ++layers;
-        won += best->path() == LayerPath::kDirect;
+        won += race.best->path() == LayerPath::kDirect;
         std::printf(
             "race %-36s %-7s winner %-24s %.4f ms; best gemm %.4f ms, best cuDNN %.4f ms\n",
-            c.name.c_str(), DTypeName(c.dtype), best->id().ToString().c_str(),
-            best->measured_ms(), best_direct, best_cudnn);
+            c.name.c_str(), DTypeName(c.dtype), race.best->id().ToString().c_str(),
+            race.best->measured_ms(), race.best_direct, race.best_cudnn);
         std::printf("race %-36s %-7s gemm ms:%s\n", c.name.c_str(), DTypeName(c.dtype),
-                    gemm_times.c_str());
+                    race.times.c_str());
       } else {
-        EXPECT_NE(best->path(), LayerPath::kDirect);
+        EXPECT_NE(race.best->path(), LayerPath::kDirect);
       }
     }
   }

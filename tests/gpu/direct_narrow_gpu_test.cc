@@ -22,13 +22,10 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
-#include <optional>
 #include <random>
 #include <string>
 #include <vector>
 
-#include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "engine/cudnn/candidate_search.h"
 #include "engine/cudnn/direct_conv.h"
 #include "gtest/gtest.h"
@@ -36,18 +33,6 @@
 
 namespace convserve {
 namespace {
-
-// Relative L2 against the float64 reference rounded to the dtype, as for
-// the implicit GEMM (direct_gemm_gpu_test.cc): float32 is multiplied in
-// TF32, cuDNN's TF32 bound.
-double Bound(DType dtype) {
-  switch (dtype) {
-    case DType::kFloat32: return 1e-3;
-    case DType::kFloat16: return 2e-3;
-    case DType::kBFloat16: return 1e-2;
-  }
-  return 0;
-}
 
 constexpr DType kDtypes[] = {DType::kFloat16, DType::kBFloat16, DType::kFloat32};
 
@@ -120,7 +105,7 @@ class DirectNarrowTest : public CudnnDeviceTest {
     EXPECT_FALSE(configs.empty()) << layer.problem.Describe() << ": "
                                   << DirectConvRejection(layer.problem);
     for (const EngineConfigId& id : configs) EXPECT_TRUE(IsNarrow(id)) << id.ToString();
-    return RunWorkspaceFreeConfigs(layer, configs, Bound(layer.problem.dtype), what);
+    return RunWorkspaceFreeConfigs(layer, configs, TensorCoreBound(layer.problem.dtype), what);
   }
 };
 
@@ -131,7 +116,7 @@ TEST_F(DirectNarrowTest, RandomShortRowLayersMatchTheReference) {
       [this](const LayerCase& c, std::mt19937_64* rng) {
         return CheckLayer(Prepare(c, rng), c.Describe());
       },
-      Bound);
+      TensorCoreBound);
 }
 
 TEST_F(DirectNarrowTest, TheStemMatchesTheReference) {
@@ -223,40 +208,24 @@ TEST_F(DirectNarrowTest, AutotuneRacesTheNarrowGemm) {
       const PreparedLayer layer = Prepare(c, &rng);
       ASSERT_TRUE(layer.ok);
       for (bool direct : {true, false}) {
-        std::optional<ConvLayerPlan> best;
-        absl::StatusOr<SearchReport> report = Autotune(layer.problem, direct, &best);
-        ASSERT_TRUE(report.ok()) << c.Describe() << ": " << report.status();
-        size_t tried = 0;
-        float best_direct = INFINITY, best_cudnn = INFINITY;
-        std::string times;
-        for (const CandidateResult& result : report->results) {
-          if (result.id.path != LayerPath::kDirect) {
-            if (result.ok) best_cudnn = std::min(best_cudnn, result.ms);
-            continue;
-          }
-          ++tried;
-          EXPECT_TRUE(IsNarrow(result.id)) << result.id.ToString();
-          EXPECT_TRUE(result.ok) << result.id.ToString() << ": " << result.detail;
-          EXPECT_GT(result.ms, 0) << result.id.ToString();
-          if (result.ok) best_direct = std::min(best_direct, result.ms);
-          absl::StrAppend(&times, " ", result.id.ToString(), "=",
-                          absl::StrFormat("%.4f", result.ms));
-        }
-        EXPECT_EQ(tried, direct ? 2u : 0u) << c.Describe();
-        ASSERT_TRUE(best.has_value());
+        const DirectRace race = RaceDirect(layer.problem, kDirectNarrowEngine, direct);
+        EXPECT_EQ(race.tried, direct ? DirectConvConfigs(layer.problem).size() : 0u)
+            << c.Describe();
+        ASSERT_TRUE(race.best.has_value());
         if (!direct) {
-          EXPECT_NE(best->path(), LayerPath::kDirect);
+          EXPECT_NE(race.best->path(), LayerPath::kDirect);
           continue;
         }
         ++layers;
-        won += best->path() == LayerPath::kDirect;
+        won += race.best->path() == LayerPath::kDirect;
         std::printf(
             "race %s N=%lld %-7s winner %-20s %.4f ms; best narrow %.4f ms, best cuDNN %.4f "
             "ms\n",
             c.name.c_str(), static_cast<long long>(batch), DTypeName(dtype),
-            best->id().ToString().c_str(), best->measured_ms(), best_direct, best_cudnn);
+            race.best->id().ToString().c_str(), race.best->measured_ms(), race.best_direct,
+            race.best_cudnn);
         std::printf("race %s N=%lld %-7s narrow ms:%s\n", c.name.c_str(),
-                    static_cast<long long>(batch), DTypeName(dtype), times.c_str());
+                    static_cast<long long>(batch), DTypeName(dtype), race.times.c_str());
       }
     }
   }

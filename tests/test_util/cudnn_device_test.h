@@ -20,6 +20,8 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "engine/cudnn/candidate_search.h"
 #include "engine/cudnn/conv_layer_plan.h"
 #include "engine/cudnn/cuda_resources.h"
@@ -163,6 +165,37 @@ class CudnnDeviceTest : public ::testing::Test {
     return SearchEngines(planner, stream_.get(), problem, SearchOptions(), nullptr, best);
   }
 
+  // What autotune's race of the direct path against cuDNN found for a
+  // layer: the direct candidates tried (each expected to be of engine
+  // `engine`, to pass and to take some time), the best time on each side,
+  // each direct candidate's time ("id=ms ...") and the winner.
+  struct DirectRace {
+    size_t tried = 0;
+    float best_direct = INFINITY, best_cudnn = INFINITY;
+    std::string times;
+    std::optional<ConvLayerPlan> best;
+  };
+  DirectRace RaceDirect(const ConvLayerProblem& problem, int64_t engine, bool direct) {
+    DirectRace race;
+    absl::StatusOr<SearchReport> report = Autotune(problem, direct, &race.best);
+    EXPECT_TRUE(report.ok()) << problem.Describe() << ": " << report.status();
+    if (!report.ok()) return race;
+    for (const CandidateResult& result : report->results) {
+      if (result.id.path != LayerPath::kDirect) {
+        if (result.ok) race.best_cudnn = std::min(race.best_cudnn, result.ms);
+        continue;
+      }
+      ++race.tried;
+      EXPECT_EQ(result.id.engine, engine) << result.id.ToString();
+      EXPECT_TRUE(result.ok) << result.id.ToString() << ": " << result.detail;
+      EXPECT_GT(result.ms, 0) << result.id.ToString();
+      if (result.ok) race.best_direct = std::min(race.best_direct, result.ms);
+      absl::StrAppend(&race.times, " ", result.id.ToString(), "=",
+                      absl::StrFormat("%.4f", result.ms));
+    }
+    return race;
+  }
+
   // Runs `plan` for `problem` (layer 0 of `weights`' graph) on input `x`
   // into a NaN-filled output of `output_bytes` with kGuardBytes after it;
   // expects no guard byte written and returns the relative L2 error against
@@ -212,6 +245,20 @@ class CudnnDeviceTest : public ::testing::Test {
   CudaStream stream_;
   CudnnHandle handle_;
 };
+
+// The relative L2 bound of the direct path's tensor-core kernels against the
+// float64 reference rounded to the dtype: float32 accumulation in another
+// order flips the rounding of some elements; float32 inputs are rounded to
+// TF32 (10 mantissa bits), the bound cuDNN's TF32 engines are held to
+// (docs/cudnn.md).
+inline double TensorCoreBound(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32: return 1e-3;
+    case DType::kFloat16: return 2e-3;
+    case DType::kBFloat16: return 1e-2;
+  }
+  return 0;
+}
 
 // The unsigned integer in environment variable `name`, or `fallback`.
 inline uint64_t EnvOr(const char* name, uint64_t fallback) {

@@ -6,6 +6,7 @@
 #include "engine/cudnn/direct_conv.h"
 
 #include <string>
+#include <utility>
 
 #include "engine/cudnn/cudnn_errata.h"
 #include "engine/cudnn/engine_selection.h"
@@ -215,17 +216,17 @@ TEST(DirectConvTest, StrictFloat32RefusesTheTf32Gemm) {
   selection.strict_float32 = true;
   const CudnnTarget target;
   const EngineConfigId gemm = ConfigId("direct:e1:k2=64,k3=1");
-  ConvLayerProblem p = Dense();
-  EXPECT_EQ(ConfigRejection(selection, target, p, gemm), "");
-  p.dtype = DType::kFloat32;
-  EXPECT_NE(ConfigRejection(selection, target, p, gemm).find("TF32 (--strict_float32)"),
-            std::string::npos);
   const EngineConfigId narrow = ConfigId("direct:e2:k4=64");
-  ConvLayerProblem stem = Stem();
-  EXPECT_EQ(ConfigRejection(selection, target, stem, narrow), "");
-  stem.dtype = DType::kFloat32;
-  EXPECT_NE(ConfigRejection(selection, target, stem, narrow).find("TF32 (--strict_float32)"),
-            std::string::npos);
+  for (const auto& [layer, id] : {std::pair{Dense(), gemm}, std::pair{Stem(), narrow}}) {
+    ConvLayerProblem p = layer;
+    EXPECT_EQ(ConfigRejection(selection, target, p, id), "") << id.ToString();
+    p.dtype = DType::kFloat32;
+    EXPECT_NE(ConfigRejection(selection, target, p, id).find("TF32 (--strict_float32)"),
+              std::string::npos)
+        << id.ToString();
+  }
+  ConvLayerProblem p = Dense();
+  p.dtype = DType::kFloat32;
   ConvLayerProblem depthwise = Depthwise();
   depthwise.dtype = DType::kFloat32;
   EXPECT_EQ(ConfigRejection(selection, target, depthwise, ConfigId("direct:e0:k0=2,k1=16")), "");
