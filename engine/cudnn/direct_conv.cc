@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <iterator>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 
@@ -14,9 +15,24 @@ constexpr int64_t kVectorByteChoices[] = {16, 8};
 constexpr int64_t kTileChannelChoices[] = {64, 32};
 constexpr int64_t kSplitChoices[] = {1, 2, 4, 8};
 constexpr int64_t kTilePixelChoices[] = {128, 64};
-// The GEMM engine's configurations are listed best guess first: the one
+// The GEMM engines' configurations are listed best guess first: the one
 // whose block count comes nearest this (an H100's 132 SMs).
-constexpr double kGemmBlocksGuess = 132;
+constexpr double kBlocksGuess = 132;
+
+// `configs`, each with the blocks it launches, best guess first: the one
+// whose block count comes nearest kBlocksGuess (stable for ties).
+std::vector<EngineConfigId> NearestBlocksFirst(
+    std::vector<std::pair<double, EngineConfigId>> configs) {
+  const auto distance = [](double blocks) {
+    return std::abs(std::log(blocks / kBlocksGuess));
+  };
+  std::stable_sort(configs.begin(), configs.end(), [&](const auto& a, const auto& b) {
+    return distance(a.first) < distance(b.first);
+  });
+  std::vector<EngineConfigId> ids;
+  for (auto& [blocks, id] : configs) ids.push_back(std::move(id));
+  return ids;
+}
 
 bool IsTwoD(const ConvLayerProblem& problem) {
   return problem.input.size() == 4 && problem.weights.size() == 4 &&
@@ -78,11 +94,7 @@ int64_t GemmChunks(const ConvLayerProblem& problem) {
 std::vector<EngineConfigId> GemmConfigs(const ConvLayerProblem& problem) {
   const int64_t pixels = problem.output[0] * problem.output[2] * problem.output[3];
   const int64_t pixel_tiles = (pixels + kDirectGemmTilePixels - 1) / kDirectGemmTilePixels;
-  struct Ranked {
-    double distance;
-    EngineConfigId id;
-  };
-  std::vector<Ranked> ranked;
+  std::vector<std::pair<double, EngineConfigId>> configs;
   for (int64_t channels : kTileChannelChoices) {
     const int64_t channel_tiles = (problem.output[1] + channels - 1) / channels;
     for (int64_t splits : kSplitChoices) {
@@ -92,15 +104,11 @@ std::vector<EngineConfigId> GemmConfigs(const ConvLayerProblem& problem) {
       id.path = LayerPath::kDirect;
       id.engine = kDirectGemmEngine;
       id.knobs = {{kDirectKnobTileChannels, channels}, {kDirectKnobSplits, splits}};
-      const double blocks = static_cast<double>(pixel_tiles * channel_tiles * splits);
-      ranked.push_back({std::abs(std::log(blocks / kGemmBlocksGuess)), std::move(id)});
+      configs.emplace_back(static_cast<double>(pixel_tiles * channel_tiles * splits),
+                           std::move(id));
     }
   }
-  std::stable_sort(ranked.begin(), ranked.end(),
-                   [](const Ranked& a, const Ranked& b) { return a.distance < b.distance; });
-  std::vector<EngineConfigId> configs;
-  for (Ranked& r : ranked) configs.push_back(std::move(r.id));
-  return configs;
+  return NearestBlocksFirst(std::move(configs));
 }
 
 std::string NarrowRejection(const ConvLayerProblem& problem) {
@@ -124,17 +132,12 @@ std::string NarrowRejection(const ConvLayerProblem& problem) {
   return SizeRejection(problem);
 }
 
-// Tiles as large as shared memory allows, listed best guess first like the
-// GEMM's: the one whose block count comes nearest kGemmBlocksGuess.
+// The tile sizes whose rows fit in shared memory, best guess first.
 std::vector<EngineConfigId> NarrowConfigs(const ConvLayerProblem& problem) {
   const int64_t rows = problem.output[0] * problem.output[2];
   const int64_t channel_tiles =
       (problem.output[1] + kDirectNarrowTileChannels - 1) / kDirectNarrowTileChannels;
-  struct Ranked {
-    double distance;
-    EngineConfigId id;
-  };
-  std::vector<Ranked> ranked;
+  std::vector<std::pair<double, EngineConfigId>> configs;
   for (int64_t pixels : kTilePixelChoices) {
     if (DirectNarrowLayoutOf(problem, pixels).shared_bytes > kDirectNarrowMaxSharedBytes) {
       continue;
@@ -144,14 +147,9 @@ std::vector<EngineConfigId> NarrowConfigs(const ConvLayerProblem& problem) {
     id.engine = kDirectNarrowEngine;
     id.knobs = {{kDirectKnobTilePixels, pixels}};
     const int64_t tiles = rows * ((problem.output[3] + pixels - 1) / pixels) * channel_tiles;
-    ranked.push_back(
-        {std::abs(std::log(static_cast<double>(tiles) / kGemmBlocksGuess)), std::move(id)});
+    configs.emplace_back(static_cast<double>(tiles), std::move(id));
   }
-  std::stable_sort(ranked.begin(), ranked.end(),
-                   [](const Ranked& a, const Ranked& b) { return a.distance < b.distance; });
-  std::vector<EngineConfigId> configs;
-  for (Ranked& r : ranked) configs.push_back(std::move(r.id));
-  return configs;
+  return NearestBlocksFirst(std::move(configs));
 }
 
 std::vector<EngineConfigId> DepthwiseConfigs(const ConvLayerProblem& problem) {

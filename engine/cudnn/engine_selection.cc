@@ -13,31 +13,48 @@ std::string CudnnTarget::Key() const {
   return absl::StrCat(device_name, "/sm", compute_capability, "/cudnn", cudnn_version);
 }
 
+namespace {
+
+// What the direct path's tensor-core engines need of the GPU and the
+// selection (the depthwise engine runs everywhere, in float32).
+struct DirectEngineNeeds {
+  int64_t engine;
+  const char* name;
+  const char* feature;
+  int capability;  // major * 10 + minor
+  bool tf32;       // float32 is multiplied in TF32
+};
+constexpr DirectEngineNeeds kDirectEngineNeeds[] = {
+    {kDirectGemmEngine, "the implicit GEMM", "thread-block clusters",
+     kDirectGemmComputeCapability, true},
+    {kDirectNarrowEngine, "the narrow GEMM", "mma.sync", kDirectNarrowComputeCapability, true},
+};
+
+const DirectEngineNeeds* DirectNeedsOf(const EngineConfigId& id) {
+  if (id.path != LayerPath::kDirect) return nullptr;
+  for (const DirectEngineNeeds& needs : kDirectEngineNeeds) {
+    if (needs.engine == id.engine) return &needs;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
 std::string ConfigRejection(const EngineSelection& selection, const CudnnTarget& target,
                             const ConvLayerProblem& problem, const EngineConfigId& id) {
   if (id.path == LayerPath::kDirect && !selection.direct_kernels) {
     return "convserve's own kernels are off (--direct_kernels=false)";
   }
-  if (id.path == LayerPath::kDirect && id.engine == kDirectGemmEngine &&
-      target.compute_capability > 0 &&
-      target.compute_capability < kDirectGemmComputeCapability) {
-    return absl::StrCat("the implicit GEMM needs thread-block clusters (compute capability ",
-                        kDirectGemmComputeCapability / 10, ".", kDirectGemmComputeCapability % 10,
-                        "; this GPU has ", target.compute_capability / 10, ".",
-                        target.compute_capability % 10, ")");
-  }
-  if (id.path == LayerPath::kDirect && id.engine == kDirectNarrowEngine &&
-      target.compute_capability > 0 &&
-      target.compute_capability < kDirectNarrowComputeCapability) {
-    return absl::StrCat("the narrow GEMM needs mma.sync (compute capability ",
-                        kDirectNarrowComputeCapability / 10, ".",
-                        kDirectNarrowComputeCapability % 10, "; this GPU has ",
-                        target.compute_capability / 10, ".", target.compute_capability % 10, ")");
-  }
-  if (id.path == LayerPath::kDirect &&
-      (id.engine == kDirectGemmEngine || id.engine == kDirectNarrowEngine) &&
-      problem.dtype == DType::kFloat32 && selection.strict_float32) {
-    return "the implicit GEMMs multiply float32 in TF32 (--strict_float32)";
+  if (const DirectEngineNeeds* needs = DirectNeedsOf(id); needs != nullptr) {
+    if (target.compute_capability > 0 && target.compute_capability < needs->capability) {
+      return absl::StrCat(needs->name, " needs ", needs->feature, " (compute capability ",
+                          needs->capability / 10, ".", needs->capability % 10, "; this GPU has ",
+                          target.compute_capability / 10, ".", target.compute_capability % 10,
+                          ")");
+    }
+    if (needs->tf32 && problem.dtype == DType::kFloat32 && selection.strict_float32) {
+      return absl::StrCat(needs->name, " multiplies float32 in TF32 (--strict_float32)");
+    }
   }
   if (id.path != LayerPath::kDirect && selection.blocklist.contains(id.engine)) {
     return "blocklisted (--engine_blocklist)";
