@@ -135,8 +135,8 @@ TEST_F(DirectNarrowTest, TheStemMatchesTheReference) {
 // An infinity in the input reaches only the outputs whose windows hold it;
 // the padding elements of a fragment (past S*C) are masked, not multiplied
 // by their zero weights. Without an activation the reference gives
-// infinities exactly there (its ReLU would turn -infinity into NaN, ours
-// into 0), so the test compares where each output is finite.
+// infinities exactly there, so the test compares where each output is
+// finite (a ReLU would hide a leaked -infinity as 0).
 TEST_F(DirectNarrowTest, AnInfinityStaysInItsWindows) {
   std::mt19937_64 rng(11);
   for (DType dtype : kDtypes) {

@@ -48,7 +48,9 @@ double NaiveActivation(const Activation& a, double x) {
     case ActivationKind::kIdentity:
       return x;
     case ActivationKind::kRelu: {
-      double y = x > 0 ? x : a.negative_slope * x;
+      // A plain ReLU gives +0 for every x <= 0, -infinity included (a slope
+      // of 0 times -infinity would be NaN), as engine/activation.h does.
+      double y = x > 0 ? x : (a.negative_slope == 0.0f ? 0.0 : a.negative_slope * x);
       if (a.has_upper_clip) y = std::min<double>(y, a.upper_clip);
       return y;
     }

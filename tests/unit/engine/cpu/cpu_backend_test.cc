@@ -1,5 +1,6 @@
 #include "engine/cpu/cpu_backend.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdint>
@@ -17,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/barrier.h"
 #include "absl/types/span.h"
+#include "engine/activation.h"
 #include "engine/graph.h"
 #include "engine/tensor.h"
 #include "gmock/gmock.h"
@@ -394,6 +396,37 @@ INSTANTIATE_TEST_SUITE_P(SingleLayer, CpuBackendReferenceTest,
                          ::testing::ValuesIn(SingleLayerCases()), CaseName);
 INSTANTIATE_TEST_SUITE_P(MultiLayer, CpuBackendReferenceTest,
                          ::testing::ValuesIn(MultiLayerCases()), CaseName);
+
+// The float64 reference's activations agree with the engines' (float) ones
+// at the edges too: signed zeros, infinities, a NaN where both give one.
+TEST(CpuBackendTest, ReferenceActivationsMatchTheEnginesAtTheEdges) {
+  const float inf = std::numeric_limits<float>::infinity();
+  for (const NamedActivation& a : GridActivations()) {
+    for (float x : {-inf, -3.5f, -0.0f, 0.0f, 2.25f, inf}) {
+      const double ours = ApplyActivation(a.activation, x);
+      const double reference = NaiveActivation(a.activation, x);
+      if (std::isnan(ours) || std::isnan(reference)) {
+        EXPECT_EQ(std::isnan(ours), std::isnan(reference))
+            << a.name << "(" << x << "): " << ours << " vs " << reference;
+        continue;
+      }
+      if (std::isinf(ours) || std::isinf(reference)) {
+        EXPECT_EQ(ours, reference) << a.name << "(" << x << ")";
+        continue;
+      }
+      EXPECT_NEAR(ours, reference, 1e-6 * std::max(1.0, std::abs(reference)))
+          << a.name << "(" << x << ")";
+    }
+  }
+  // A plain ReLU gives +0 for -0 and -infinity on both sides.
+  const Activation relu = GridActivation("relu");
+  for (float x : {-inf, -0.0f}) {
+    EXPECT_EQ(ApplyActivation(relu, x), 0.0f);
+    EXPECT_FALSE(std::signbit(ApplyActivation(relu, x)));
+    EXPECT_EQ(NaiveActivation(relu, x), 0.0);
+    EXPECT_FALSE(std::signbit(NaiveActivation(relu, x))) << x;
+  }
+}
 
 TEST(CpuBackendTest, FillsEveryElementOfOneByOneOutputs) {
   uint64_t seed = kBaseSeed + 2000;
