@@ -119,6 +119,8 @@ __device__ inline int Wrap(int x, int m) {
 // thread). Left alone the compiler took 152 for the float16 ReLU kernel, so
 // 3 blocks of 4 warps an SM instead of 4.
 constexpr int kResidentWarps = 16;
+// Input elements a thread loads before it stores them when staging rows.
+constexpr int kStageBatch = 8;
 
 template <typename T, int kWarps, bool kAligned, int kActivation>
 __global__ void __launch_bounds__(32 * kWarps, kResidentWarps / kWarps)
@@ -221,18 +223,28 @@ __global__ void __launch_bounds__(32 * kWarps, kResidentWarps / kWarps)
     const int from =
         column == staged_column ? max(top, min(staged_top + d.span, top + d.span)) : top;
     __syncthreads();  // no warp still reads the rows these replace (or the weights are in)
-    for (int h = from; h < top + d.span; ++h) {
-      const bool inside = h >= 0 && h < d.h;
-      const T* source = x + (n * d.h + (inside ? h : 0)) * row_elements;
-      T* staged = ring + Wrap(h, d.span) * d.input_stride;
-      T* copy = staged + d.span * d.input_stride;
-#pragma unroll 4
-      for (int e = threadIdx.x; e < d.input_stride; e += kThreads) {
-        const int at = first + e;
-        const T v = inside && at >= 0 && at < row_elements ? Staged(source[at])
-                                                           : FromFloat<T>(0.f);
-        staged[e] = v;
-        copy[e] = v;
+    // The new rows' elements as one run, kStageBatch loads of a thread in
+    // flight before its stores: copied row by row, 4 at a time, a block's
+    // first tile waited for the memory 14 times over (the stem's 7 rows).
+    const int count = max(top + d.span - from, 0) * d.input_stride;
+    for (int base = threadIdx.x; base < count; base += kStageBatch * kThreads) {
+      T values[kStageBatch];
+#pragma unroll
+      for (int j = 0; j < kStageBatch; ++j) {
+        const int i = base + j * kThreads;
+        const int row = i / d.input_stride, e = i - row * d.input_stride;
+        const int h = from + row, at = first + e;
+        const bool inside = i < count && h >= 0 && h < d.h && at >= 0 && at < row_elements;
+        values[j] = inside ? Staged(x[(n * d.h + h) * row_elements + at]) : FromFloat<T>(0.f);
+      }
+#pragma unroll
+      for (int j = 0; j < kStageBatch; ++j) {
+        const int i = base + j * kThreads;
+        if (i >= count) break;
+        const int row = i / d.input_stride;
+        T* staged = ring + Wrap(from + row, d.span) * d.input_stride + (i - row * d.input_stride);
+        staged[0] = values[j];
+        staged[d.span * d.input_stride] = values[j];
       }
     }
     staged_column = column;
