@@ -237,6 +237,9 @@ __global__ void __launch_bounds__(32 * kWarps, kResidentWarps / kWarps)
         const bool inside = i < count && h >= 0 && h < d.h && at >= 0 && at < row_elements;
         values[j] = inside ? Staged(x[(n * d.h + h) * row_elements + at]) : FromFloat<T>(0.f);
       }
+      // Each element's row is computed again rather than kept from the
+      // loads: the kernel is at its 128-register cap, and 16 loads with
+      // their offsets kept spilled.
 #pragma unroll
       for (int j = 0; j < kStageBatch; ++j) {
         const int i = base + j * kThreads;
