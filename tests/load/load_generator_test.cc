@@ -187,13 +187,27 @@ INSTANTIATE_TEST_SUITE_P(
                           std::get<1>(info.param) ? "_blocking" : "_callback");
     });
 
+// An open loop keeps sending on schedule while a level waits for its last
+// window's answers, so a server slower than the rate (a sanitizer build on a
+// busy machine) may shed some of that tail with RESOURCE_EXHAUSTED once its
+// queue is full. Every request is still accounted for: each answered ok was
+// one run of the server, and each other one was shed, never lost.
+void ExpectEveryOpenLoopRequestAccounted(const RequestTotals& totals,
+                                         const InstrumentedServer& server) {
+  EXPECT_EQ(totals.sent, totals.ok + totals.errors);
+  EXPECT_EQ(totals.ok, server.run_count());
+  for (const auto& [code, count] : totals.errors_by_code) {
+    EXPECT_EQ(code, "RESOURCE_EXHAUSTED") << count << " requests";
+  }
+}
+
 TEST(LoadGeneratorOpenLoopTest, ConstantArrivalsKeepTheSchedule) {
   InstrumentedServer server;
   std::unique_ptr<LoadSession> session = CreateSession(ResnetSession(server.address()));
   ASSERT_NE(session, nullptr);
   LoadOptions options;
   options.mode = LoadMode::kOpenLoop;
-  options.request_rates = {100, 200};
+  options.request_rates = {50, 100};
   options.measurement.warmup = absl::Milliseconds(100);
   options.measurement.window = absl::Milliseconds(500);
   options.measurement.stability_percent = 1e9;
@@ -201,7 +215,7 @@ TEST(LoadGeneratorOpenLoopTest, ConstantArrivalsKeepTheSchedule) {
   options.measurement.max_windows = 2;
   absl::StatusOr<RunResult> result = RunLoad(*session, options);
   ASSERT_TRUE(result.ok()) << result.status();
-  EXPECT_EQ(result->totals.sent, server.run_count());
+  ExpectEveryOpenLoopRequestAccounted(result->totals, server);
   ASSERT_EQ(result->levels.size(), 2u);
   for (const LevelResult& level : result->levels) {
     SCOPED_TRACE(absl::StrCat(level.request_rate, " req/s"));
@@ -213,7 +227,7 @@ TEST(LoadGeneratorOpenLoopTest, ConstantArrivalsKeepTheSchedule) {
     EXPECT_EQ(level.errors, 0);
   }
   // 100 ms of warm-up at each rate.
-  EXPECT_NEAR(result->warmup_requests, 10 + 20, 2);
+  EXPECT_NEAR(result->warmup_requests, 5 + 10, 2);
 }
 
 TEST(LoadGeneratorOpenLoopTest, PoissonArrivalsAverageTheRate) {
@@ -232,7 +246,7 @@ TEST(LoadGeneratorOpenLoopTest, PoissonArrivalsAverageTheRate) {
   ASSERT_TRUE(result.ok()) << result.status();
   // 200 expected; a Poisson count's standard deviation is sqrt(200) ~ 14.
   EXPECT_NEAR(result->levels[0].requests, 200, 60);
-  EXPECT_EQ(result->totals.sent, server.run_count());
+  ExpectEveryOpenLoopRequestAccounted(result->totals, server);
 }
 
 std::vector<std::string> BinaryArgs(const std::string& address) {
