@@ -63,6 +63,34 @@ TEST(CudnnErrataTest, ShippedListSkipsEngine71OnStridedChannelsFirstConvsOfCudnn
   EXPECT_EQ((*errata)->Find(91400, 90, channels_last, ConfigId("unfused:e71:")), nullptr);
 }
 
+TEST(CudnnErrataTest, ShippedListSkipsEngine7OnChannelsFirstConvsOfCudnn914) {
+  absl::StatusOr<std::shared_ptr<const CudnnErrata>> errata = CudnnErrata::Create("");
+  ASSERT_TRUE(errata.ok()) << errata.status();
+  // The fault seen (cuda_graph_test seed 6034): grouped, channels-first,
+  // bfloat16, output 1x1.
+  ConvLayerProblem grouped;
+  grouped.dtype = DType::kBFloat16;
+  grouped.input = {5, 22, 1, 3};
+  grouped.weights = {28, 11, 2, 3};
+  grouped.output = {5, 28, 1, 1};
+  grouped.stride = {2, 2};
+  grouped.dilation = {1, 2};
+  grouped.pad_before = {0, 0};
+  grouped.pad_after = {2, 2};
+  grouped.activation.kind = ActivationKind::kTanh;
+  ASSERT_EQ(grouped.groups(), 2);
+  const ErrataRule* rule = (*errata)->Find(91400, 90, grouped, ConfigId("fused:e7:k24=29"));
+  ASSERT_NE(rule, nullptr);
+  EXPECT_EQ(rule->name, "cudnn914-e7-cf");
+  // Every channels-first conv, any knob and path of engine 7.
+  EXPECT_NE((*errata)->Find(91400, 90, DilatedFloat32(), ConfigId("unfused:e7:k24=21")), nullptr);
+  EXPECT_EQ((*errata)->Find(91400, 90, grouped, ConfigId("fused:e70:k2=12,k18=0")), nullptr);
+  EXPECT_EQ((*errata)->Find(91500, 90, grouped, ConfigId("fused:e7:k24=29")), nullptr);
+  ConvLayerProblem channels_last = grouped;
+  channels_last.channels_last = true;
+  EXPECT_EQ((*errata)->Find(91400, 90, channels_last, ConfigId("fused:e7:k24=29")), nullptr);
+}
+
 TEST(CudnnErrataTest, RuleMatchesOnEveryCondition) {
   absl::StatusOr<std::vector<ErrataRule>> rules = CudnnErrata::ParseRules(
       "# comment\n"
