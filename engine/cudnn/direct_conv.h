@@ -15,7 +15,8 @@
 // channels-last, C a multiple of one step's channels (DirectGemmChunk: 32
 // for float16 and bfloat16, 16 for float32) and K of 8: a block computes
 // kDirectGemmTilePixels output pixels by 32 or 64 output channels (knob 2)
-// with mma.sync, and the reduction (R*S*C) is split across the 1, 2, 4 or 8
+// with wgmma (mma.sync where the build has no sm_90a code), and the
+// reduction (R*S*C) is split across the 1, 2, 4 or 8
 // blocks of a thread-block cluster (knob 3), which add their partial sums
 // through distributed shared memory (so no workspace and one launch).
 // float32 layers multiply in TF32 (inputs rounded to 10 mantissa bits,

@@ -5,10 +5,19 @@
 // bytes of channels (32 float16 or bfloat16, 16 float32), so a step's input
 // is 64 contiguous bytes of a pixel (or zeros where the tap falls in the
 // padding) and its weights 64 contiguous bytes of a channel's KRSC row. A
-// block computes 64 pixels by kTileChannels channels with mma.sync
-// (m16n8k16, or m16n8k8 TF32 for float32; float32 accumulation). The dtypes
-// share everything but the MMA: their steps have the same bytes, swizzle
-// and ldmatrix addresses (tensor_core.cuh, Mma).
+// block computes 64 pixels by kTileChannels channels with tensor cores
+// (float32 accumulation; float32 multiplies in TF32). The dtypes share
+// everything but the MMA: their steps have the same bytes and swizzle.
+//
+// Compiled for sm_90a (H100, H200), a group of 4 warps of a 16-bit layer is
+// a warpgroup and multiplies a step with two wgmma instructions that read
+// it from shared memory (wgmma.cuh): the step's layout is already the
+// hardware's 64-byte swizzle. float layers, and the compute_90 PTX newer
+// GPUs JIT, have each warp load fragments with ldmatrix and run mma.sync
+// m16n8k16 (m16n8k8 TF32), 8 or 16 of them a step (tensor_core.cuh, Mma).
+// wgmma cut the kernel's instructions by only 1-5% on batch-1 1x1 layers
+// (ncu): most are outside the multiply, in the copies' address arithmetic
+// and the epilogue's sums.
 //
 // The layers this engine is for have few output tiles and long reductions,
 // and with one warp per scheduler a block issued an instruction every 5
@@ -30,12 +39,14 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "absl/strings/str_cat.h"
 #include "engine/cudnn/cudnn_status.h"
 #include "engine/cudnn/direct_conv.h"
 #include "engine/cudnn/direct_conv_kernel.h"
 #include "engine/cudnn/tensor_core.cuh"
+#include "engine/cudnn/wgmma.cuh"
 #include "engine/status_macros.h"
 
 namespace convserve {
@@ -75,6 +86,13 @@ template <typename T>
 [[maybe_unused]] __host__ __device__ constexpr int Swizzled(int row, int segment) {
   return row * kChunk<T> + (segment ^ ((row >> 1) & 3)) * kSegmentElements<T>;
 }
+
+// Whether a group multiplies with wgmma (sm_90a code, 16-bit types) or
+// mma.sync. float stays on mma.sync: wgmma's TF32 drops a float's low 13
+// bits, and rounding the stage in shared memory first made float32 layers
+// 0.1-0.5 us slower on an H100 than mma.sync with rounded fragments.
+template <typename T>
+constexpr bool kWarpgroupMma = CONVSERVE_WGMMA && !std::is_same_v<T, float>;
 
 // A group's step in a stage: 64 pixel rows, then kTileChannels weight rows.
 template <typename T, int kTileChannels>
@@ -167,7 +185,9 @@ __global__ void __launch_bounds__(kThreads)
     ImplicitGemm(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ bias,
                  T* __restrict__ y, GemmDims d, Activation activation) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  extern __shared__ __align__(128) unsigned char shared[];
+  // 1024: each step's tiles start on the 512-byte boundary wgmma's swizzle
+  // repeats at.
+  extern __shared__ __align__(1024) unsigned char shared[];
   T* stages = reinterpret_cast<T*>(shared);
   const int group = threadIdx.x / kGroupThreads;
   const int tid = threadIdx.x % kGroupThreads;  // within the group
@@ -249,7 +269,8 @@ __global__ void __launch_bounds__(kThreads)
     }
   };
 
-  // ldmatrix offsets of this thread's rows, the same in every step.
+  // ldmatrix offsets of this thread's rows, the same in every step (for
+  // mma.sync; unused, and dropped by the compiler, with wgmma).
   int a_offset[kMmaSteps], b_offset[kTileChannels / 16][kMmaSteps];
 #pragma unroll
   for (int step = 0; step < kMmaSteps; ++step) {
@@ -275,27 +296,46 @@ __global__ void __launch_bounds__(kThreads)
   }
   for (int i = 0; i < stage_count; ++i) {
     CopyAsyncWait<kStages - 2>();
+    const bool has_step = chunk_begin + i * kGroups + group < chunk_end;
+    const T* const step_base =
+        stages + ((i % kStages) * kGroups + group) * kStepElements<T, kTileChannels>;
+    // wgmma reads through the async proxy: this thread's copies made
+    // visible to it before the barrier.
+    if constexpr (kWarpgroupMma<T>) FenceProxyAsyncShared();
     // Stage i is in and every warp is done with stage i - 1's slot: a
     // group's rows of a slot are copied and read by its own warps only, so
     // the groups wait for their own copies, not for each other's.
     GroupBarrier(1 + group, kGroupThreads);
     if (i + kStages - 1 < stage_count) load((i + kStages - 1) % kStages);
     CopyAsyncCommit();
-    if (chunk_begin + i * kGroups + group >= chunk_end) continue;
-    const T* step_base =
-        stages + ((i % kStages) * kGroups + group) * kStepElements<T, kTileChannels>;
+    if (!has_step) continue;
+    if constexpr (kWarpgroupMma<T>) {
+      // The group is one warpgroup: its 64 pixel rows by kTileChannels in
+      // one wgmma per 32 bytes of the step, waited for before the barrier
+      // that lets the slot be copied over.
+      const uint64_t a = WgmmaDescriptor64B(step_base);
+      const uint64_t b = WgmmaDescriptor64B(step_base + kTilePixels * kChunk<T>);
+      WgmmaFence();
 #pragma unroll
-    for (int step = 0; step < kMmaSteps; ++step) {
-      unsigned a_fragment[4];
-      LdMatrixX4(a_fragment, step_base + a_offset[step]);
-      RoundToTf32<T>(a_fragment);
+      for (int step = 0; step < kMmaSteps; ++step) {
+        Wgmma<T, kTileChannels>(acc, a + 2 * step, b + 2 * step);
+      }
+      WgmmaCommit();
+      WgmmaWait<0>(acc);
+    } else {
 #pragma unroll
-      for (int f = 0; f < kTileChannels / 16; ++f) {
-        unsigned b_fragment[4];
-        LdMatrixX4(b_fragment, step_base + b_offset[f][step]);
-        RoundToTf32<T>(b_fragment);
-        Mma<T>(acc[2 * f], a_fragment, b_fragment[0], b_fragment[1]);
-        Mma<T>(acc[2 * f + 1], a_fragment, b_fragment[2], b_fragment[3]);
+      for (int step = 0; step < kMmaSteps; ++step) {
+        unsigned a_fragment[4];
+        LdMatrixX4(a_fragment, step_base + a_offset[step]);
+        RoundToTf32<T>(a_fragment);
+#pragma unroll
+        for (int f = 0; f < kTileChannels / 16; ++f) {
+          unsigned b_fragment[4];
+          LdMatrixX4(b_fragment, step_base + b_offset[f][step]);
+          RoundToTf32<T>(b_fragment);
+          Mma<T>(acc[2 * f], a_fragment, b_fragment[0], b_fragment[1]);
+          Mma<T>(acc[2 * f + 1], a_fragment, b_fragment[2], b_fragment[3]);
+        }
       }
     }
   }

@@ -1,0 +1,134 @@
+// Warpgroup MMAs (wgmma, sm_90a) for the direct path's implicit GEMM: a
+// warpgroup (4 warps, 128 threads) multiplies 64 rows of A by N rows of B,
+// both read from shared memory through descriptors, and adds into float32
+// accumulators held in the same places mma.sync m16n8 leaves them: warp w's
+// thread (g, t) holds rows 16w + g and 16w + g + 8 at columns 8f + 2t and
+// 8f + 2t + 1 of n8 block f, as d[f][0..1] and d[f][2..3].
+//
+// Only for code compiled for sm_90a (CONVSERVE_WGMMA is 1 there): wgmma is
+// not in the PTX of plain compute_90, which the build also ships so newer
+// GPUs can JIT it; callers keep an mma.sync path for that.
+#ifndef CONVSERVE_ENGINE_CUDNN_WGMMA_CUH_
+#define CONVSERVE_ENGINE_CUDNN_WGMMA_CUH_
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define CONVSERVE_WGMMA 1
+#else
+#define CONVSERVE_WGMMA 0
+#endif
+
+namespace convserve {
+
+// The descriptor of a K-major operand tile at `tile` in shared memory: rows
+// of 64 bytes of the reduction, their 16-byte segments XOR-swizzled by bits
+// 1-2 of the row (the hardware's 64-byte swizzle, which repeats every 8 rows,
+// so `tile` must sit on a 512-byte boundary). Fields (PTX ISA, "matrix
+// descriptor"): start address >> 4 in bits 0-13; leading byte offset (unused
+// for swizzled K-major tiles, 1 by convention) in 16-29; stride byte offset,
+// 8 rows = 512 bytes, >> 4 in 32-45; swizzle mode 2 (64 bytes) in 62-63.
+// Adding n to the descriptor moves its start 16n bytes along the row: the
+// next 32 bytes of the reduction is + 2.
+__device__ inline uint64_t WgmmaDescriptor64B(const void* tile) {
+  const uint64_t address = static_cast<uint32_t>(__cvta_generic_to_shared(tile));
+  return ((address >> 4) & 0x3FFF) | (uint64_t{1} << 16) | (uint64_t{512 >> 4} << 32) |
+         (uint64_t{2} << 62);
+}
+
+// Orders this thread's earlier writes to shared memory (st.shared, cp.async)
+// before later reads of it by wgmma, which reads through the async proxy.
+__device__ inline void FenceProxyAsyncShared() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+// Before a warpgroup's first wgmma of a batch (the accumulators were last
+// touched by ordinary instructions, or by a batch already waited for).
+__device__ inline void WgmmaFence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ inline void WgmmaCommit() {
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+// Waits until at most kPending of the warpgroup's committed batches are in
+// flight; then the accumulators `d` of the finished ones may be read, and
+// their shared memory overwritten.
+template <int kPending, int kBlocks>
+__device__ inline void WgmmaWait(float (&d)[kBlocks][4]) {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
+#pragma unroll
+  for (int f = 0; f < kBlocks; ++f) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(d[f][e])::"memory");
+  }
+}
+
+// d += A * B^T over 32 bytes (16 elements) of the reduction, m64nNk16, for
+// float16 and bfloat16 (float stays on mma.sync: wgmma's TF32 would drop a
+// float's low 13 bits unrounded). a and b are WgmmaDescriptor64B
+// descriptors; both operands K-major.
+template <typename T, int N>
+__device__ inline void Wgmma(float (&d)[N / 8][4], uint64_t a, uint64_t b);
+
+#if CONVSERVE_WGMMA
+template <>
+__device__ inline void Wgmma<__half, 32>(float (&d)[4][4], uint64_t a, uint64_t b) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
+      "%16, %17, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]),
+        "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+        "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3])
+      : "l"(a), "l"(b), "r"(1));
+}
+template <>
+__device__ inline void Wgmma<__half, 64>(float (&d)[8][4], uint64_t a, uint64_t b) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "
+      "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+      "%32, %33, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]),
+        "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+        "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]),
+        "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
+        "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]),
+        "+f"(d[7][2]), "+f"(d[7][3])
+      : "l"(a), "l"(b), "r"(1));
+}
+template <>
+__device__ inline void Wgmma<__nv_bfloat16, 32>(float (&d)[4][4], uint64_t a, uint64_t b) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
+      "%16, %17, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]),
+        "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+        "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3])
+      : "l"(a), "l"(b), "r"(1));
+}
+template <>
+__device__ inline void Wgmma<__nv_bfloat16, 64>(float (&d)[8][4], uint64_t a, uint64_t b) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "
+      "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+      "%32, %33, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]),
+        "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+        "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]),
+        "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
+        "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]),
+        "+f"(d[7][2]), "+f"(d[7][3])
+      : "l"(a), "l"(b), "r"(1));
+}
+#endif  // CONVSERVE_WGMMA
+
+}  // namespace convserve
+
+#endif  // CONVSERVE_ENGINE_CUDNN_WGMMA_CUH_
