@@ -37,6 +37,7 @@
 #include "engine/cudnn/cudnn_status.h"
 #include "engine/cudnn/direct_conv.h"
 #include "engine/cudnn/direct_conv_kernel.h"
+#include "engine/cudnn/fast_divisor.h"
 #include "engine/cudnn/tensor_core.cuh"
 
 namespace convserve {
@@ -55,6 +56,13 @@ struct NarrowDims : DirectConvDims {
   int row, groups, steps, pixel_step, weight_stride, input_stride, span;
   int column_tiles;  // tiles per output row
   int tiles;         // n * column_tiles * p
+  // The divisions of the kernel's copy loops and tile order, by sizes fixed
+  // at launch: input_stride, weight_stride / kGroup (row_groups), groups,
+  // span, p and column_tiles. Divided at run time they cost about 20
+  // instructions each, several per staged element.
+  FastDivisor by_input_stride, by_row_groups, by_groups, by_span, by_p, by_column_tiles;
+  // A multiple of span at least pad_h, so an input row plus it is >= 0.
+  int wrap_bias;
 };
 
 // The value a staged element holds: float32 rounded to TF32 (to nearest,
@@ -109,10 +117,10 @@ __device__ inline float Act(const Activation& activation, float x) {
   }
 }
 
-// `x` modulo `m` (> 0), for negative `x` too.
-__device__ inline int Wrap(int x, int m) {
-  const int r = x % m;
-  return r < 0 ? r + m : r;
+// Input row `h` (>= -pad_h) modulo span: its slot in the ring.
+__device__ inline int RingSlot(const NarrowDims& d, int h) {
+  const int x = h + d.wrap_bias;
+  return d.by_span.Remainder(x, d.by_span.Divide(x));
 }
 
 // Warps resident per SM the registers are budgeted for: 16 (128 registers a
@@ -145,8 +153,8 @@ __global__ void __launch_bounds__(32 * kWarps, kResidentWarps / kWarps)
   const int row_groups = d.weight_stride / kG;
 #pragma unroll 4
   for (int i = threadIdx.x; i < kChannels * row_groups; i += kThreads) {
-    const int channel = i / row_groups, group = i - channel * row_groups;
-    const int r = group / d.groups, first = (group - r * d.groups) * kG;
+    const int channel = d.by_row_groups.Divide(i), group = i - channel * row_groups;
+    const int r = d.by_groups.Divide(group), first = (group - r * d.groups) * kG;
     const bool real = r < d.r && channel0 + channel < d.k;
     const T* source = w + ((channel0 + channel) * d.r + r) * d.row + first;
     union {
@@ -165,7 +173,7 @@ __global__ void __launch_bounds__(32 * kWarps, kResidentWarps / kWarps)
   for (int step = threadIdx.x; step < d.steps; step += kThreads) {
     int entry[4];
     for (int half = 0; half < 2; ++half) {
-      const int group = 2 * step + half, r = group / d.groups;
+      const int group = 2 * step + half, r = d.by_groups.Divide(group);
       const int first = (group - r * d.groups) * kG;
       entry[half] = r < d.r ? r * d.dilation_h * d.input_stride + first : 0;
       entry[2 + half] = r < d.r ? first : d.row;
@@ -208,13 +216,13 @@ __global__ void __launch_bounds__(32 * kWarps, kResidentWarps / kWarps)
   const int tile_begin = blockIdx.x * per_block;
   const int tile_end = min(d.tiles, tile_begin + per_block);
   // The ring holds input rows [staged_top, staged_top + span) of column
-  // `staged_column`, row h at slots Wrap(h) and Wrap(h) + span, so a tile's
-  // rows are consecutive slots from Wrap(top).
+  // `staged_column`, row h at slots RingSlot(h) and RingSlot(h) + span, so a
+  // tile's rows are consecutive slots from RingSlot(top).
   int staged_column = -1, staged_top = 0;
   for (int tile = tile_begin; tile < tile_end; ++tile) {
-    const int column = tile / d.p;  // n * column_tiles + column tile
+    const int column = d.by_p.Divide(tile);  // n * column_tiles + column tile
     const int p = tile - column * d.p;
-    const int n = column / d.column_tiles;
+    const int n = d.by_column_tiles.Divide(column);
     const int q0 = (column - n * d.column_tiles) * kTilePixels;
     const int top = p * d.stride_h - d.pad_h;  // the tile's first input row
     // The staged rows start at the first element of the tile's first window.
@@ -232,7 +240,7 @@ __global__ void __launch_bounds__(32 * kWarps, kResidentWarps / kWarps)
 #pragma unroll
       for (int j = 0; j < kStageBatch; ++j) {
         const int i = base + j * kThreads;
-        const int row = i / d.input_stride, e = i - row * d.input_stride;
+        const int row = d.by_input_stride.Divide(i), e = i - row * d.input_stride;
         const int h = from + row, at = first + e;
         const bool inside = i < count && h >= 0 && h < d.h && at >= 0 && at < row_elements;
         values[j] = inside ? Staged(x[(n * d.h + h) * row_elements + at]) : FromFloat<T>(0.f);
@@ -244,8 +252,8 @@ __global__ void __launch_bounds__(32 * kWarps, kResidentWarps / kWarps)
       for (int j = 0; j < kStageBatch; ++j) {
         const int i = base + j * kThreads;
         if (i >= count) break;
-        const int row = i / d.input_stride;
-        T* staged = ring + Wrap(from + row, d.span) * d.input_stride + (i - row * d.input_stride);
+        const int row = d.by_input_stride.Divide(i);
+        T* staged = ring + RingSlot(d, from + row) * d.input_stride + (i - row * d.input_stride);
         staged[0] = values[j];
         staged[d.span * d.input_stride] = values[j];
       }
@@ -266,7 +274,7 @@ __global__ void __launch_bounds__(32 * kWarps, kResidentWarps / kWarps)
         for (int e = 0; e < 4; ++e) acc[m][f][e] = 0.f;
       }
     }
-    const T* rows = ring + Wrap(top, d.span) * d.input_stride;
+    const T* rows = ring + RingSlot(d, top) * d.input_stride;
     // The steps for one or both m16 tiles, so the loop has no branch.
     const auto steps = [&](auto tiles) {
       constexpr int kTiles = decltype(tiles)::value;
@@ -335,6 +343,14 @@ NarrowDims DimsOf(const ConvLayerProblem& problem, const DirectNarrowLayout& l,
   d.span = static_cast<int>(l.span);
   d.column_tiles = (d.q + tile_pixels - 1) / tile_pixels;
   d.tiles = d.n * d.column_tiles * d.p;
+  d.by_input_stride = FastDivisor::Of(d.input_stride);
+  const int group_elements = 16 / static_cast<int>(DTypeSize(problem.dtype));
+  d.by_row_groups = FastDivisor::Of(d.weight_stride / group_elements);
+  d.by_groups = FastDivisor::Of(d.groups);
+  d.by_span = FastDivisor::Of(d.span);
+  d.by_p = FastDivisor::Of(d.p);
+  d.by_column_tiles = FastDivisor::Of(d.column_tiles);
+  d.wrap_bias = (d.pad_h + d.span - 1) / d.span * d.span;
   return d;
 }
 

@@ -5,11 +5,15 @@
 // (which apply only when they name the path). No GPU needed.
 #include "engine/cudnn/direct_conv.h"
 
+#include <cstdint>
+#include <random>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "engine/cudnn/cudnn_errata.h"
 #include "engine/cudnn/engine_selection.h"
+#include "engine/cudnn/fast_divisor.h"
 #include "gtest/gtest.h"
 #include "tests/test_util/config_id.h"
 
@@ -370,6 +374,34 @@ TEST(DirectConvTest, ErrataRulesMatchTheDirectPathOnlyWhenTheyNameIt) {
   EXPECT_FALSE((*rules)[0].Matches(91400, 90, p, ConfigId("direct:e0:k0=2,k1=16")));
   EXPECT_TRUE((*rules)[1].Matches(91400, 90, p, ConfigId("direct:e0:k0=4,k1=8")));
   EXPECT_FALSE((*rules)[1].Matches(91400, 90, p, ConfigId("direct:e0:k0=2,k1=8")));
+}
+
+// The implicit GEMM's divisions by layer sizes (the same code runs on the
+// device): every divisor up to 4096 against small numerators and the ends
+// of the range, then divisors up to 2^31 - 1 against random numerators.
+TEST(FastDivisorTest, DividesLikeIntegerDivision) {
+  constexpr int kMax = 2147483647;
+  std::mt19937_64 rng(20261127);
+  const auto check = [](const FastDivisor& f, int n) {
+    const int q = f.Divide(n);
+    ASSERT_EQ(q, n / f.divisor) << n << " / " << f.divisor;
+    ASSERT_EQ(f.Remainder(n, q), n % f.divisor) << n << " % " << f.divisor;
+  };
+  for (int d = 1; d <= 4096; ++d) {
+    const FastDivisor f = FastDivisor::Of(d);
+    for (int n = 0; n < 3 * d + 70; ++n) check(f, n);
+    for (int n = kMax - 3 * d; n < kMax; ++n) check(f, n);
+    check(f, kMax);
+    for (int i = 0; i < 64; ++i) check(f, static_cast<int>(rng() % (int64_t{kMax} + 1)));
+  }
+  std::vector<int> divisors = {4097, 65535, 65536, 65537, 1 << 20, (1 << 20) + 1,
+                               123456789, 1 << 30, (1 << 30) + 1, kMax - 1, kMax};
+  for (int i = 0; i < 2000; ++i) divisors.push_back(1 + static_cast<int>(rng() % kMax));
+  for (int d : divisors) {
+    const FastDivisor f = FastDivisor::Of(d);
+    for (int n : {0, 1, d - 1, d, kMax - 1, kMax}) check(f, n);
+    for (int i = 0; i < 500; ++i) check(f, static_cast<int>(rng() % (int64_t{kMax} + 1)));
+  }
 }
 
 }  // namespace
