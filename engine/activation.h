@@ -6,11 +6,7 @@
 
 #include <cmath>
 
-#if defined(__CUDACC__)
-#define CONVSERVE_HOST_DEVICE __host__ __device__
-#else
-#define CONVSERVE_HOST_DEVICE
-#endif
+#include "engine/host_device.h"
 
 namespace convserve {
 

@@ -10,11 +10,7 @@
 
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define CONVSERVE_HOST_DEVICE __host__ __device__
-#else
-#define CONVSERVE_HOST_DEVICE
-#endif
+#include "engine/host_device.h"
 
 namespace convserve {
 
@@ -51,7 +47,5 @@ struct FastDivisor {
 };
 
 }  // namespace convserve
-
-#undef CONVSERVE_HOST_DEVICE
 
 #endif  // CONVSERVE_ENGINE_CUDNN_FAST_DIVISOR_H_
