@@ -394,8 +394,6 @@ __global__ void __launch_bounds__(kThreads)
 #endif
 }
 
-
-
 GemmDims DimsOf(const ConvLayerProblem& problem) {
   GemmDims d;
   static_cast<DirectConvDims&>(d) = DirectConvDimsOf(problem);
