@@ -23,7 +23,7 @@ constexpr DType kDTypes[] = {DType::kFloat32, DType::kFloat16, DType::kBFloat16}
 // %.9g round-trips every float exactly.
 std::string FloatText(float value) { return absl::StrFormat("%.9g", value); }
 
-absl::Status Invalid(absl::string_view field, absl::string_view why) {
+absl::Status InvalidField(absl::string_view field, absl::string_view why) {
   return absl::InvalidArgumentError(absl::StrCat("layer problem field '", field, "' ", why));
 }
 
@@ -32,7 +32,7 @@ absl::StatusOr<std::vector<int64_t>> ParseInts(absl::string_view field, absl::st
   if (text.empty()) return values;
   for (absl::string_view part : absl::StrSplit(text, ',')) {
     int64_t value = 0;
-    if (!absl::SimpleAtoi(part, &value)) return Invalid(field, absl::StrCat("has '", part, "'"));
+    if (!absl::SimpleAtoi(part, &value)) return InvalidField(field, absl::StrCat("has '", part, "'"));
     values.push_back(value);
   }
   return values;
@@ -41,7 +41,7 @@ absl::StatusOr<std::vector<int64_t>> ParseInts(absl::string_view field, absl::st
 absl::StatusOr<float> ParseFloat(absl::string_view field, absl::string_view text) {
   float value = 0;
   if (!absl::SimpleAtof(text, &value) || !std::isfinite(value)) {
-    return Invalid(field, absl::StrCat("is not a finite number: '", text, "'"));
+    return InvalidField(field, absl::StrCat("is not a finite number: '", text, "'"));
   }
   return value;
 }
@@ -91,7 +91,7 @@ absl::StatusOr<ConvLayerProblem> ConvLayerProblem::Parse(absl::string_view text)
                                         "pad_after", "bias",  "act",        "clip",
                                         "slope", "alpha",     "beta"};
   for (const char* name : kFields) {
-    if (fields.count(name) == 0) return Invalid(name, "is missing");
+    if (fields.count(name) == 0) return InvalidField(name, "is missing");
   }
   if (fields.size() != sizeof(kFields) / sizeof(kFields[0])) {
     return absl::InvalidArgumentError(absl::StrCat("layer problem has unknown fields: ", text));
@@ -104,8 +104,8 @@ absl::StatusOr<ConvLayerProblem> ConvLayerProblem::Parse(absl::string_view text)
       dtype_found = true;
     }
   }
-  if (!dtype_found) return Invalid("dtype", absl::StrCat("is unknown: '", fields["dtype"], "'"));
-  if (fields["layout"] != "cl" && fields["layout"] != "cf") return Invalid("layout", "is not cl or cf");
+  if (!dtype_found) return InvalidField("dtype", absl::StrCat("is unknown: '", fields["dtype"], "'"));
+  if (fields["layout"] != "cl" && fields["layout"] != "cf") return InvalidField("layout", "is not cl or cf");
   p.channels_last = fields["layout"] == "cl";
   ASSIGN_OR_RETURN(p.input, ParseInts("x", fields["x"]));
   ASSIGN_OR_RETURN(p.weights, ParseInts("w", fields["w"]));
@@ -114,7 +114,7 @@ absl::StatusOr<ConvLayerProblem> ConvLayerProblem::Parse(absl::string_view text)
   ASSIGN_OR_RETURN(p.dilation, ParseInts("dilation", fields["dilation"]));
   ASSIGN_OR_RETURN(p.pad_before, ParseInts("pad_before", fields["pad_before"]));
   ASSIGN_OR_RETURN(p.pad_after, ParseInts("pad_after", fields["pad_after"]));
-  if (fields["bias"] != "0" && fields["bias"] != "1") return Invalid("bias", "is not 0 or 1");
+  if (fields["bias"] != "0" && fields["bias"] != "1") return InvalidField("bias", "is not 0 or 1");
   p.has_bias = fields["bias"] == "1";
   bool act_found = false;
   for (ActivationKind kind : kActivationKinds) {
@@ -123,7 +123,7 @@ absl::StatusOr<ConvLayerProblem> ConvLayerProblem::Parse(absl::string_view text)
       act_found = true;
     }
   }
-  if (!act_found) return Invalid("act", absl::StrCat("is unknown: '", fields["act"], "'"));
+  if (!act_found) return InvalidField("act", absl::StrCat("is unknown: '", fields["act"], "'"));
   if (fields["clip"] != "none") {
     p.activation.has_upper_clip = true;
     ASSIGN_OR_RETURN(p.activation.upper_clip, ParseFloat("clip", fields["clip"]));
@@ -134,27 +134,27 @@ absl::StatusOr<ConvLayerProblem> ConvLayerProblem::Parse(absl::string_view text)
 
   // Consistency: the text crosses a process boundary, so nothing is assumed.
   const size_t rank = p.stride.size();
-  if (rank < 1 || rank > 3) return Invalid("stride", "must have 1 to 3 spatial dims");
+  if (rank < 1 || rank > 3) return InvalidField("stride", "must have 1 to 3 spatial dims");
   for (const auto* dims : {&p.input, &p.weights, &p.output}) {
-    if (dims->size() != rank + 2) return Invalid("x/w/y", "ranks differ from the stride's");
+    if (dims->size() != rank + 2) return InvalidField("x/w/y", "ranks differ from the stride's");
     for (int64_t d : *dims) {
-      if (d < 1 || d > (int64_t{1} << 31)) return Invalid("x/w/y", "has a dim out of range");
+      if (d < 1 || d > (int64_t{1} << 31)) return InvalidField("x/w/y", "has a dim out of range");
     }
   }
   for (const auto* v : {&p.dilation, &p.pad_before, &p.pad_after}) {
-    if (v->size() != rank) return Invalid("dilation/pads", "ranks differ from the stride's");
+    if (v->size() != rank) return InvalidField("dilation/pads", "ranks differ from the stride's");
   }
   if (p.output[0] != p.input[0] || p.output[1] != p.weights[0] ||
       p.input[1] % p.weights[1] != 0 || p.weights[0] % (p.input[1] / p.weights[1]) != 0) {
-    return Invalid("x/w/y", "batch, channel or group counts disagree");
+    return InvalidField("x/w/y", "batch, channel or group counts disagree");
   }
   for (size_t d = 0; d < rank; ++d) {
     if (p.stride[d] < 1 || p.dilation[d] < 1 || p.pad_before[d] < 0 || p.pad_after[d] < 0) {
-      return Invalid("stride/dilation/pads", "out of range");
+      return InvalidField("stride/dilation/pads", "out of range");
     }
     if (ConvOutputSize(p.input[2 + d], p.weights[2 + d], p.stride[d], p.dilation[d],
                        p.pad_before[d], p.pad_after[d]) != p.output[2 + d]) {
-      return Invalid("y", absl::StrCat("spatial dim ", d, " does not follow from x and w"));
+      return InvalidField("y", absl::StrCat("spatial dim ", d, " does not follow from x and w"));
     }
   }
   return p;

@@ -25,14 +25,6 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-void Ignore(const std::string&) {}
-
-std::unique_ptr<LoadSession> CreateSession(const LoadSessionOptions& options) {
-  absl::StatusOr<std::unique_ptr<LoadSession>> session = LoadSession::Create(options, Ignore);
-  EXPECT_TRUE(session.ok()) << session.status();
-  return session.ok() ? *std::move(session) : nullptr;
-}
-
 double Num(const google::protobuf::Struct& object, const std::string& name) {
   return Field(object, name).number_value();
 }

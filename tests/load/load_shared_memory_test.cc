@@ -73,13 +73,6 @@ LoadSessionOptions KServeSession(const InstrumentedServer& server, SharedMemoryK
   return options;
 }
 
-std::unique_ptr<LoadSession> CreateSession(const LoadSessionOptions& options) {
-  absl::StatusOr<std::unique_ptr<LoadSession>> session =
-      LoadSession::Create(options, [](const std::string&) {});
-  EXPECT_TRUE(session.ok()) << session.status();
-  return session.ok() ? *std::move(session) : nullptr;
-}
-
 TEST(LoadSharedMemoryTest, OutputsAreTheMessagePathsBytesReadOnlyWhenAsked) {
   InstrumentedServer server;
   std::string message_bytes;

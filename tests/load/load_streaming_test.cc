@@ -28,13 +28,6 @@ LoadSessionOptions StreamingSession(const InstrumentedServer& server, SharedMemo
   return options;
 }
 
-std::unique_ptr<LoadSession> CreateSession(const LoadSessionOptions& options) {
-  absl::StatusOr<std::unique_ptr<LoadSession>> session =
-      LoadSession::Create(options, [](const std::string&) {});
-  EXPECT_TRUE(session.ok()) << session.status();
-  return session.ok() ? *std::move(session) : nullptr;
-}
-
 // The first output of a unary KServe session, tensors in the messages.
 std::string UnaryOutput(const InstrumentedServer& server) {
   LoadSessionOptions options = ResnetSession(server.address());

@@ -60,6 +60,13 @@ LoadSessionOptions ResnetSession(const std::string& servers) {
   return options;
 }
 
+std::unique_ptr<LoadSession> CreateSession(const LoadSessionOptions& options) {
+  absl::StatusOr<std::unique_ptr<LoadSession>> session =
+      LoadSession::Create(options, [](const std::string&) {});
+  EXPECT_TRUE(session.ok()) << session.status();
+  return session.ok() ? *std::move(session) : nullptr;
+}
+
 LoadOptions ClosedLoopByCount(std::vector<int> concurrency, int64_t window_requests, int windows) {
   LoadOptions options;
   options.mode = LoadMode::kClosedLoop;

@@ -53,6 +53,10 @@ std::string TempPath(const std::string& name);
 // request on the CPU backend) against `servers`.
 LoadSessionOptions ResnetSession(const std::string& servers);
 
+// A session for `options` that logs nothing; fails the calling test (and
+// returns null) when it cannot be made.
+std::unique_ptr<LoadSession> CreateSession(const LoadSessionOptions& options);
+
 // Closed loop at `concurrency`, no warm-up, `windows` windows of
 // `window_requests` requests each, counted stable after the last.
 LoadOptions ClosedLoopByCount(std::vector<int> concurrency, int64_t window_requests, int windows);

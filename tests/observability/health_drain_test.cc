@@ -27,7 +27,7 @@ using grpc::health::v1::Health;
 using grpc::health::v1::HealthCheckRequest;
 using grpc::health::v1::HealthCheckResponse;
 
-constexpr absl::Duration kPatience = absl::Seconds(10);
+constexpr absl::Duration kDrainPatience = absl::Seconds(10);
 
 // The server-wide status (service ""), or the RPC's error.
 absl::StatusOr<HealthCheckResponse::ServingStatus> CheckHealth(Health::Stub& health) {
@@ -72,7 +72,7 @@ TEST(HealthDrainTest, NotServingWhileAcceptedRequestStillRuns) {
     gate->Open();
     caller.join();
   };
-  ASSERT_TRUE(gate->AwaitHeld(1, kPatience)) << "the request never reached the backend";
+  ASSERT_TRUE(gate->AwaitHeld(1, kDrainPatience)) << "the request never reached the backend";
 
   absl::Notification shut_down;
   const absl::Time shutdown_start = absl::Now();
@@ -88,7 +88,7 @@ TEST(HealthDrainTest, NotServingWhileAcceptedRequestStillRuns) {
   // Bounded polling: the drain starts on the other thread.
   absl::StatusOr<HealthCheckResponse::ServingStatus> seen = CheckHealth(*health);
   int checks = 1;
-  for (const absl::Time give_up = absl::Now() + kPatience;
+  for (const absl::Time give_up = absl::Now() + kDrainPatience;
        StatusName(seen) == "SERVING" && absl::Now() < give_up; ++checks) {
     absl::SleepFor(absl::Milliseconds(5));
     seen = CheckHealth(*health);
@@ -102,7 +102,7 @@ TEST(HealthDrainTest, NotServingWhileAcceptedRequestStillRuns) {
   EXPECT_FALSE(shut_down.HasBeenNotified());
 
   // A request that arrives during the drain is refused, not queued.
-  for (const absl::Time give_up = absl::Now() + kPatience;
+  for (const absl::Time give_up = absl::Now() + kDrainPatience;
        server->core()->ready() && absl::Now() < give_up;) {
     absl::SleepFor(absl::Milliseconds(5));
   }
@@ -116,13 +116,13 @@ TEST(HealthDrainTest, NotServingWhileAcceptedRequestStillRuns) {
   EXPECT_FALSE(answered.HasBeenNotified());
 
   gate->Open();
-  ASSERT_TRUE(answered.WaitForNotificationWithTimeout(kPatience));
+  ASSERT_TRUE(answered.WaitForNotificationWithTimeout(kDrainPatience));
   ASSERT_TRUE(held_response.ok()) << held_response.status();
   ASSERT_EQ(held_response->output().data().size(), held.expected.size());
   const double error = RelativeL2Error(DecodeToDouble(held.dtype, held_response->output().data()),
                                        DecodeToDouble(held.dtype, held.expected));
   EXPECT_LE(error, held.bound);
-  EXPECT_TRUE(shut_down.WaitForNotificationWithTimeout(kPatience))
+  EXPECT_TRUE(shut_down.WaitForNotificationWithTimeout(kDrainPatience))
       << "Shutdown did not return after the last accepted request finished";
   EXPECT_EQ(server->core()->accepted(), server->core()->answered());
   std::printf("health SERVING before Shutdown; NOT_SERVING %.1f ms after it began (%d checks) "

@@ -18,7 +18,7 @@
 namespace convserve {
 namespace {
 
-constexpr char kGraph[] = "exposed";
+constexpr char kExposedGraph[] = "exposed";
 constexpr char kBatchedGraph[] = "exposed_batched";
 
 std::string SourcePath(const std::string& relative) {
@@ -29,7 +29,7 @@ class MetricsExpositionTest : public ::testing::Test {
  protected:
   void SetUp() override {
     server_ = TestServer::Start({}, std::unique_ptr<Backend>(), /*serve_metrics=*/true);
-    const v1::GraphDef graph = ObservedGraph(kGraph);
+    const v1::GraphDef graph = ObservedGraph(kExposedGraph);
     ClientOptions options;
     options.address = server_->address();
     ASSERT_TRUE(ConvServeClient(options).LoadGraph(graph).ok());
@@ -46,7 +46,7 @@ class MetricsExpositionTest : public ::testing::Test {
         SendTraffic(server_->address(), {ObservedRequests(batched.graph())[0]}, 1, 6);
     ASSERT_EQ(batched_ok.correct, 6) << "wrong " << batched_ok.wrong;
     const std::map<std::string, int64_t> codes =
-        SendFailingRequests(server_->address(), kGraph, {2, 2});
+        SendFailingRequests(server_->address(), kExposedGraph, {2, 2});
     ASSERT_EQ(codes, (std::map<std::string, int64_t>{{"NOT_FOUND", 2}, {"INVALID_ARGUMENT", 2}}));
     absl::StatusOr<std::string> page = FetchMetrics(server_->server()->metrics().port());
     ASSERT_TRUE(page.ok()) << page.status();

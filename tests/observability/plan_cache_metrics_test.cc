@@ -21,7 +21,7 @@ namespace convserve {
 namespace {
 
 constexpr int kConcurrent = 4;
-constexpr absl::Duration kPatience = absl::Seconds(10);
+constexpr absl::Duration kPlanPatience = absl::Seconds(10);
 
 TEST(PlanCacheMetricsTest, LookupsWaitingForABuildCountAsHits) {
   auto compile_gate = std::make_shared<BackendGate>();
@@ -43,10 +43,10 @@ TEST(PlanCacheMetricsTest, LookupsWaitingForABuildCountAsHits) {
     compile_gate->Open();
     sender.join();
   };
-  ASSERT_TRUE(compile_gate->AwaitHeld(1, kPatience)) << "no plan build started";
+  ASSERT_TRUE(compile_gate->AwaitHeld(1, kPlanPatience)) << "no plan build started";
   // Bounded polling: the other requests reach the cache and wait on the build.
   int64_t waits = 0;
-  for (const absl::Time give_up = absl::Now() + kPatience;
+  for (const absl::Time give_up = absl::Now() + kPlanPatience;
        (waits = server->core()->runner().Stats().plans.waits) < kConcurrent - 1 &&
        absl::Now() < give_up;) {
     absl::SleepFor(absl::Milliseconds(5));

@@ -21,7 +21,7 @@
 namespace convserve {
 namespace {
 
-constexpr char kGraph[] = "scraped";
+constexpr char kScrapedGraph[] = "scraped";
 // Sent before a first scrape, so that every series exists and rate() over
 // it has two samples by the end (a series first seen in the last scrape has
 // no rate, and a dashboard panel on it would show nothing).
@@ -47,7 +47,7 @@ TEST(PrometheusScrapeTest, QueriesGiveBackWhatWasSent) {
   ASSERT_TRUE(started.ok()) << started.status();
   PrometheusServer& prometheus = **started;
 
-  const v1::GraphDef graph = ObservedGraph(kGraph);
+  const v1::GraphDef graph = ObservedGraph(kScrapedGraph);
   ClientOptions client_options;
   client_options.address = server->address();
   ASSERT_TRUE(ConvServeClient(client_options).LoadGraph(graph).ok());
@@ -56,7 +56,7 @@ TEST(PrometheusScrapeTest, QueriesGiveBackWhatWasSent) {
 
   const TrafficResult warm_up = SendTraffic(server->address(), {requests[0]}, 1, kWarmUp);
   ASSERT_EQ(warm_up.correct, kWarmUp);
-  ASSERT_EQ(SendFailingRequests(server->address(), kGraph, kWarmUpFailing),
+  ASSERT_EQ(SendFailingRequests(server->address(), kScrapedGraph, kWarmUpFailing),
             (Codes{{"NOT_FOUND", kWarmUpFailing.unknown_graph},
                    {"INVALID_ARGUMENT", kWarmUpFailing.wrong_channels}}));
   absl::Status scraped = prometheus.AwaitScrapeAfter(absl::Now(), absl::Seconds(15));
@@ -64,7 +64,7 @@ TEST(PrometheusScrapeTest, QueriesGiveBackWhatWasSent) {
 
   const TrafficResult traffic = SendTraffic(server->address(), requests, kThreads, kPerThread);
   ASSERT_EQ(traffic.correct, kThreads * kPerThread) << "wrong " << traffic.wrong;
-  ASSERT_EQ(SendFailingRequests(server->address(), kGraph, kFailing),
+  ASSERT_EQ(SendFailingRequests(server->address(), kScrapedGraph, kFailing),
             (Codes{{"NOT_FOUND", kFailing.unknown_graph},
                    {"INVALID_ARGUMENT", kFailing.wrong_channels}}));
   scraped = prometheus.AwaitScrapeAfter(absl::Now(), absl::Seconds(15));
