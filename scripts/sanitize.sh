@@ -64,7 +64,8 @@ configure() {
   cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 \
     -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only" \
-    -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only" -DCONVSERVE_CUDA=OFF "$@" >/dev/null
+    -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only" -DCONVSERVE_CUDA=OFF \
+    -DCMAKE_UNITY_BUILD="${CONVSERVE_UNITY_BUILD:-ON}" "$@" >/dev/null
 }
 
 case "$kind" in

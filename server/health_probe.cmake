@@ -19,6 +19,7 @@ add_custom_command(
   DEPENDS ${PROTO_DIR}/${HEALTH_PROTO}
   COMMENT "protoc ${HEALTH_PROTO}")
 add_library(convserve_health_proto STATIC ${HEALTH_PROTO_SRCS})
+set_target_properties(convserve_health_proto PROPERTIES UNITY_BUILD OFF)
 target_include_directories(convserve_health_proto PUBLIC ${PROTO_OUT})
 target_link_libraries(convserve_health_proto PUBLIC protobuf::libprotobuf gRPC::grpc++)
 
