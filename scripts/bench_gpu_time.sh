@@ -18,7 +18,10 @@
 # timeout (variables below), so a run ends within 9 minutes.
 #
 # Variables: BUNDLE (bundle), OUT, PYTHON (python3), SELECTION (autotune, the
-# server's default engine selection), SAMPLES (15), RUNS (20), REQUESTS (500),
+# server's default engine selection), SAMPLES (15), RUNS (20),
+# CALLS_PER_GRAPH (10: layer calls captured into one graph on both sides; the
+# per-call figure of a graph of one call is the host's replay rate for short
+# layers), REQUESTS (500),
 # PARTS ("layers stacks"), LAYER_TIMEOUT (200), TORCH_TIMEOUT (150),
 # STACK_TIMEOUT (90), TORCH_STACK_TIMEOUT (90).
 set -uo pipefail
@@ -28,6 +31,7 @@ python="${PYTHON:-python3}"
 selection="${SELECTION:-autotune}"
 samples="${SAMPLES:-15}"
 runs="${RUNS:-20}"
+calls_per_graph="${CALLS_PER_GRAPH:-10}"
 requests="${REQUESTS:-500}"
 parts="${PARTS:-layers stacks}"
 # At most eight files under $out (the CSVs and tables, and the logs packed
@@ -94,11 +98,12 @@ if [[ " $parts " == *" layers "* ]]; then
   if have_binary conv_layer_bench; then
     step conv_layer_bench "${LAYER_TIMEOUT:-200}" "$out/ours_layers.csv" \
       "$bin/conv_layer_bench" --engine_selection="$selection" --samples="$samples" \
-      --runs_per_sample="$runs"
+      --runs_per_sample="$runs" --calls_per_graph="$calls_per_graph"
   fi
   if have_torch bench_pytorch; then
     step bench_pytorch "${TORCH_TIMEOUT:-150}" "$out/torch_layers.csv" \
-      "$python" scripts/bench_pytorch.py --samples="$samples" --runs_per_sample="$runs"
+      "$python" scripts/bench_pytorch.py --samples="$samples" --runs_per_sample="$runs" \
+      --calls_per_graph="$calls_per_graph"
   fi
 fi
 
@@ -132,7 +137,8 @@ fi
 echo
 echo "=== layers: summary (full per-layer table: $out/compare_layers.txt)"
 if [ -s "$out/compare_layers.txt" ]; then
-  sed -n '1,/^peaks:/{/^==/p;/^pytorch/p;/^convserve/p}' "$out/compare_layers.txt"
+  sed -n '1,/^peaks:/{/^==/p;/^pytorch/p;/^convserve/p;/^calls per graph/p;/^WARNING/p}' \
+    "$out/compare_layers.txt"
   sed -n '/^== layer summary/,$p' "$out/compare_layers.txt"
 else
   echo "no layer comparison (a side is missing; see the steps below)"

@@ -6,11 +6,17 @@ device-resident tensors, with cudnn.benchmark on and PyTorch's default TF32
 setting.
 
 PyTorch is timed at its best: each variant is warmed up on a side stream (so
-cudnn.benchmark picks its algorithm outside the capture), one call is captured
-into a torch.cuda.CUDAGraph, and the graph is replayed back to back between
-two CUDA events: median over --samples of the mean time per replay over
---runs_per_sample replays. The same method times plain eager calls from Python
-as extra columns (they include Python's per-call launch cost).
+cudnn.benchmark picks its algorithm outside the capture), --calls_per_graph
+calls (default 10) are captured into one torch.cuda.CUDAGraph, and the graph
+is replayed back to back between two CUDA events: median over --samples of
+the mean time per call (a replay's time over the calls in it) over
+--runs_per_sample replays. Several calls a graph because a graph replayed
+from Python costs a few microseconds of host time a replay (a graph of one
+tiny kernel replays at about 5 us on an H100), which would be timed instead
+of the GPU for short layers; tests/bench/conv_layer_bench captures the same
+count of its layer (--calls_per_graph). The same event method times plain
+eager calls from Python as extra columns (they include Python's per-call
+launch cost).
 
 Variants: conv_relu = relu(conv2d(x, w, b)); cudnn_fused =
 torch.cudnn_convolution_relu(x, w, b, ...) where this build has it (nan where
@@ -70,18 +76,20 @@ def warm_up(torch, fn, calls=3):
     torch.cuda.synchronize()
 
 
-def capture(torch, fn):
-    """A CUDAGraph of one call of fn (warmed up before). The graph keeps its
-    output alive in its private memory pool."""
+def capture(torch, fn, calls):
+    """A CUDAGraph of `calls` calls of fn (warmed up before). The graph keeps
+    its outputs alive in its private memory pool."""
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        fn()
+        for _ in range(calls):
+            fn()
     torch.cuda.synchronize()
     return graph
 
 
-def time_variant(torch, fn, samples, runs, label):
-    """(graph replay ms, eager ms) of one variant; nan for what fails."""
+def time_variant(torch, fn, samples, runs, calls, label):
+    """(graph replay ms per call, eager ms) of one variant; nan for what
+    fails."""
     try:
         warm_up(torch, fn)
     except RuntimeError as e:
@@ -90,10 +98,10 @@ def time_variant(torch, fn, samples, runs, label):
         return math.nan, math.nan
     eager = events_ms(torch, fn, samples, runs)
     try:
-        graph = capture(torch, fn)
+        graph = capture(torch, fn, calls)
         graph.replay()
         torch.cuda.synchronize()
-        replay = events_ms(torch, graph.replay, samples, runs)
+        replay = events_ms(torch, graph.replay, samples, runs) / calls
         del graph
     except RuntimeError as e:
         print(f"{label}: graph capture failed: {str(e).splitlines()[0]}", file=sys.stderr)
@@ -111,7 +119,7 @@ def best(values):
     return finite[name], name
 
 
-def header(torch):
+def header(torch, calls):
     print(f"# device: {torch.cuda.get_device_name()}")
     print(f"# torch: {torch.__version__}; cudnn: {torch.backends.cudnn.version()}; "
           f"cuda: {torch.version.cuda}")
@@ -122,7 +130,9 @@ def header(torch):
     print(f"# cudnn.benchmark: {torch.backends.cudnn.benchmark}; "
           f"cudnn.allow_tf32: {tf32} (PyTorch's default, not changed)")
     print("# method: CUDA events around back-to-back runs on device-resident tensors; "
-          "graph_* = replays of a torch.cuda.CUDAGraph of one call; eager_* = Python calls")
+          f"graph_* = replays of a torch.cuda.CUDAGraph of {calls} calls, time per call; "
+          "eager_* = Python calls")
+    print(f"# calls_per_graph: {calls}")
 
 
 def main():
@@ -131,7 +141,11 @@ def main():
     parser.add_argument("--batches", default="1,32")
     parser.add_argument("--samples", type=int, default=15)
     parser.add_argument("--runs_per_sample", type=int, default=20)
+    parser.add_argument("--calls_per_graph", type=int, default=10,
+                        help="calls captured into one graph; graph_* is a replay over this "
+                             "(conv_layer_bench --calls_per_graph must match)")
     args = parser.parse_args()
+    calls = max(args.calls_per_graph, 1)
 
     import torch
     import torch.nn.functional as F
@@ -140,7 +154,7 @@ def main():
         print("bench_pytorch: skipped: torch.cuda.is_available() is False", file=sys.stderr)
         return 2
     torch.backends.cudnn.benchmark = True
-    header(torch)
+    header(torch, calls)
     print("name,batch,dtype,layout,graph_best_ms,graph_best_variant,graph_conv_relu_ms,"
           "graph_cudnn_fused_ms,eager_best_ms,eager_best_variant,eager_conv_relu_ms,"
           "eager_cudnn_fused_ms", flush=True)
@@ -167,7 +181,7 @@ def main():
                 with torch.no_grad():
                     for variant, fn in calls.items():
                         graph_ms[variant], eager_ms[variant] = time_variant(
-                            torch, fn, args.samples, args.runs_per_sample,
+                            torch, fn, args.samples, args.runs_per_sample, calls,
                             f"{name} N={batch} {dtype_name} {variant}")
                 graph_best, graph_which = best(graph_ms)
                 eager_best, eager_which = best(eager_ms)

@@ -8,10 +8,14 @@
 // device-resident data (no host copies): median over samples of the mean
 // time per run. ours_ms launches the layer's plan from C++ each run, as a
 // server with --cuda_graphs=false does. ours_graph_ms (--graph_replay)
-// captures the same bound plan into a CUDA graph on this benchmark's own
-// stream and cuDNN handle and replays it back to back, the way
-// scripts/bench_pytorch.py times PyTorch and the server (CUDA graphs on by
-// default) replays a request's layers; nan where the capture fails.
+// captures --calls_per_graph runs of the same bound plan into one CUDA graph
+// on this benchmark's own stream and cuDNN handle, replays it back to back
+// and divides by the runs in it, the way scripts/bench_pytorch.py times
+// PyTorch (give both the same count); nan where the capture fails. Several
+// runs a graph: a graph of one short layer replayed back to back measures
+// the rate graphs are launched at (a few microseconds from Python), not the
+// GPU; inside one graph the layers follow each other as a request's layers
+// do in the server's captured graph.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -44,6 +48,9 @@ ABSL_FLAG(int, samples, 15, "timed samples per layer");
 ABSL_FLAG(int, runs_per_sample, 20, "back-to-back runs per sample");
 ABSL_FLAG(bool, graph_replay, true,
           "also time the layer captured into a CUDA graph by this benchmark (ours_graph_ms)");
+ABSL_FLAG(int, calls_per_graph, 10,
+          "graph replay: runs of the layer captured into one graph; ours_graph_ms is a replay's "
+          "time divided by it (scripts/bench_pytorch.py --calls_per_graph must match)");
 
 namespace convserve {
 namespace {
@@ -69,10 +76,10 @@ std::vector<ConvShape> ReadShapes(const std::string& path) {
   return shapes;
 }
 
-// Times an executable's layers captured into one CUDA graph, replayed back
-// to back between CUDA events (the method bench_pytorch.py uses for
-// PyTorch). Owns the stream and cuDNN handle the capture runs on; the
-// executable's plans are already bound to its own device buffers.
+// Times an executable's layers captured `calls` times into one CUDA graph,
+// replayed back to back between CUDA events (the method bench_pytorch.py
+// uses for PyTorch). Owns the stream and cuDNN handle the capture runs on;
+// the executable's plans are already bound to its own device buffers.
 class GraphReplayTimer {
  public:
   static absl::StatusOr<std::unique_ptr<GraphReplayTimer>> Create() {
@@ -84,14 +91,18 @@ class GraphReplayTimer {
         std::move(stream), std::move(handle), std::move(start), std::move(stop)));
   }
 
-  // Mean milliseconds per replay of each sample.
-  absl::StatusOr<std::vector<float>> Time(const CudnnExecutable& executable, int warmup,
-                                          int samples, int runs_per_sample) {
+  // Mean milliseconds per call (a replay's time over `calls`) of each sample.
+  absl::StatusOr<std::vector<float>> Time(const CudnnExecutable& executable, int calls,
+                                          int warmup, int samples, int runs_per_sample) {
     cudaStream_t stream = stream_.get();
+    calls = std::max(calls, 1);
     CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
     absl::Status enqueued;
-    for (size_t i = 0; i < executable.plans().size() && enqueued.ok(); ++i) {
-      enqueued = executable.plans()[i].RunBound(handle_.get(), stream, executable.problems()[i]);
+    for (int call = 0; call < calls && enqueued.ok(); ++call) {
+      for (size_t i = 0; i < executable.plans().size() && enqueued.ok(); ++i) {
+        enqueued =
+            executable.plans()[i].RunBound(handle_.get(), stream, executable.problems()[i]);
+      }
     }
     cudaGraph_t captured = nullptr;
     const cudaError_t ended = cudaStreamEndCapture(stream, &captured);
@@ -119,7 +130,7 @@ class GraphReplayTimer {
       CUDA_RETURN_IF_ERROR(cudaEventSynchronize(stop_.get()));
       float ms = 0;
       CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&ms, start_.get(), stop_.get()));
-      times.push_back(ms / runs_per_sample);
+      times.push_back(ms / (runs_per_sample * calls));
     }
     return times;
   }
@@ -167,11 +178,14 @@ int Run() {
     }
   }
   std::printf("# cudnn: %s\n", (*backend)->Describe().c_str());
+  const int calls_per_graph = std::max(absl::GetFlag(FLAGS_calls_per_graph), 1);
   std::printf("# method: CUDA events around %d back-to-back runs, median of %d samples; "
               "ours_ms = plan launched from C++ per run (--cuda_graphs=false); "
-              "ours_graph_ms = the same plan captured by this benchmark into a CUDA graph, one "
-              "replay per run\n",
-              absl::GetFlag(FLAGS_runs_per_sample), absl::GetFlag(FLAGS_samples));
+              "ours_graph_ms = %d runs of the same plan captured by this benchmark into one CUDA "
+              "graph, replayed back to back, time per run\n",
+              absl::GetFlag(FLAGS_runs_per_sample), absl::GetFlag(FLAGS_samples),
+              calls_per_graph);
+  std::printf("# calls_per_graph: %d\n", calls_per_graph);
   std::printf("name,batch,dtype,layout,selection,path,engine,ours_ms,ours_graph_ms,config\n");
   std::mt19937_64 rng(1);
   const struct {
@@ -229,8 +243,9 @@ int Run() {
         }
         float graph_ms = NAN;
         if (graph_timer != nullptr) {
-          absl::StatusOr<std::vector<float>> replays = graph_timer->Time(
-              *executable, 3, absl::GetFlag(FLAGS_samples), absl::GetFlag(FLAGS_runs_per_sample));
+          absl::StatusOr<std::vector<float>> replays =
+              graph_timer->Time(*executable, calls_per_graph, 3, absl::GetFlag(FLAGS_samples),
+                                absl::GetFlag(FLAGS_runs_per_sample));
           if (replays.ok()) {
             graph_ms = Median(*replays);
           } else {

@@ -26,6 +26,7 @@ c_dw,144,56,56,144,3,3,1,1,144
 
 OURS = """\
 # method: ours test method line
+# calls_per_graph: 10
 name,batch,dtype,layout,selection,path,engine,ours_ms,ours_graph_ms
 a_1x1,1,float16,NHWC,autotune,fused,3,0.00800,0.00400
 b_3x3,1,float16,NHWC,autotune,fused,4,0.01000,0.00500
@@ -47,6 +48,7 @@ d_unknown,1,float16,NHWC,autotune,fused,1,0.01000,
 TORCH = """\
 # device: NVIDIA H100 80GB HBM3
 # torch: 2.11.0; cudnn: 91400; cuda: 13.0
+# calls_per_graph: 10
 name,batch,dtype,layout,graph_best_ms,graph_best_variant,graph_conv_relu_ms,graph_cudnn_fused_ms,eager_best_ms,eager_best_variant,eager_conv_relu_ms,eager_cudnn_fused_ms
 a_1x1,1,float16,NHWC,0.00400,cudnn_fused,0.00500,0.00400,0.02400,cudnn_fused,0.04000,0.02400
 b_3x3,1,float16,NHWC,0.02000,conv_relu,0.02000,nan,0.04000,conv_relu,0.04000,nan
@@ -221,11 +223,47 @@ class BenchCompareTest(unittest.TestCase):
                                 "--stacks_torch", self.write("st.csv", STACKS_TORCH))
         lines = text.splitlines()
         resnet1 = next(l for l in lines if l.startswith("resnet") and l.split()[1] == "1")
-        self.assertEqual(resnet1.split()[3:6], ["100.00", "50.00", "0.50"])
+        # PyTorch's better figure is its back-to-back replays (40 < 50): the
+        # speedup is against it, vs_single against the single replay.
+        self.assertEqual(resnet1.split()[3:9],
+                         ["100.00", "40.00", "0.40", "50.00", "40.00", "0.50"])
+        resnet32 = next(l for l in lines if l.startswith("resnet") and l.split()[1] == "32")
+        self.assertEqual(resnet32.split()[3:9],
+                         ["400.00", "790.00", "1.98", "800.00", "790.00", "2.00"])
         mobile = next(l for l in lines if l.startswith("mobile"))
-        self.assertEqual(mobile.split()[4:6], ["-", "-"])  # no PyTorch row
-        self.assertIn("stacks: geometric-mean speedup 1.000 over 2 stacks; 1 slower", text)
+        self.assertEqual(mobile.split()[4:9], ["-", "-", "-", "-", "-"])  # no PyTorch row
+        self.assertIn(f"stacks: geometric-mean speedup {math.sqrt(0.4 * 790 / 400):.3f} over 2 "
+                      f"stacks; 1 slower", text)
+        # A PyTorch row without back-to-back figures falls back to the single replay.
+        torch = STACKS_TORCH.replace("50.0,52.0,40.0", "50.0,52.0,")
+        text = self.run_compare("--stacks_ours", self.write("so.csv", STACKS_OURS),
+                                "--stacks_torch", self.write("st.csv", torch))
+        resnet1 = next(l for l in text.splitlines()
+                       if l.startswith("resnet") and l.split()[1] == "1")
+        self.assertEqual(resnet1.split()[3:9],
+                         ["100.00", "50.00", "0.50", "50.00", "-", "0.50"])
         self.assertIn("no residual add", text)
+
+    def test_calls_per_graph_of_both_sides_are_printed_and_a_mismatch_warned(self):
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            text = self.run_compare(*self.layer_args())
+        self.assertIn("calls per graph: convserve 10, pytorch 10", text)
+        self.assertNotIn("WARNING", text)
+        self.assertEqual(err.getvalue(), "")
+        torch = TORCH.replace("# calls_per_graph: 10", "# calls_per_graph: 1")
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            text = self.run_compare(*self.layer_args(torch_text=torch))
+        self.assertIn("calls per graph: convserve 10, pytorch 1", text)
+        self.assertIn("WARNING: the two sides captured different numbers of calls per graph "
+                      "(convserve 10, pytorch 1)", text)
+        self.assertIn("WARNING", err.getvalue())
+        # An older CSV without the line is named as such, and warned.
+        with contextlib.redirect_stderr(io.StringIO()):
+            text = self.run_compare(*self.layer_args(torch_text=TORCH_OLD))
+        self.assertIn("calls per graph: convserve 10, pytorch not recorded", text)
+        self.assertIn("WARNING", text)
 
     def test_flags_must_come_in_pairs(self):
         with contextlib.redirect_stderr(io.StringIO()):

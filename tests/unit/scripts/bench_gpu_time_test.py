@@ -16,6 +16,7 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..")
 
 OURS = """\
 # method: fake
+# calls_per_graph: 4
 name,batch,dtype,layout,selection,path,engine,ours_ms,ours_graph_ms
 resnet50_56_1x1_64_64,1,float16,NHWC,autotune,fused,3,0.00800,0.00400
 resnet50_56_3x3_64_64,32,float16,NHWC,autotune,fused,4,0.02500,0.02400
@@ -23,6 +24,7 @@ resnet50_56_3x3_64_64,32,float16,NHWC,autotune,fused,4,0.02500,0.02400
 
 TORCH = """\
 # device: NVIDIA H100 80GB HBM3
+# calls_per_graph: 4
 name,batch,dtype,layout,graph_best_ms,graph_best_variant,graph_conv_relu_ms,graph_cudnn_fused_ms,eager_best_ms,eager_best_variant,eager_conv_relu_ms,eager_cudnn_fused_ms
 resnet50_56_1x1_64_64,1,float16,NHWC,0.00400,cudnn_fused,0.00500,0.00400,0.02400,cudnn_fused,0.04000,0.02400
 resnet50_56_3x3_64_64,32,float16,NHWC,0.05000,conv_relu,0.05000,0.06000,0.06000,conv_relu,0.06000,0.07000
@@ -42,12 +44,13 @@ class BenchGpuTimeTest(unittest.TestCase):
             os.makedirs(os.path.join(bundle, "bin"))
             os.makedirs(os.path.join(bundle, "lib"))
             executable(os.path.join(bundle, "bin", "conv_layer_bench"),
-                       f"#!/bin/sh\necho 'fake backend' >&2\ncat <<'EOF'\n{OURS}EOF\n")
+                       f"#!/bin/sh\necho \"$@\" > {tmp}/ours_args\necho 'fake backend' >&2\n"
+                       f"cat <<'EOF'\n{OURS}EOF\n")
             fake_python = os.path.join(tmp, "python")
             executable(fake_python, f"""#!/bin/bash
 case "$1" in
   -c) echo ok ;;
-  scripts/bench_pytorch.py) cat <<'EOF'
+  scripts/bench_pytorch.py) echo "$@" > {tmp}/torch_args; cat <<'EOF'
 {TORCH}EOF
   ;;
   scripts/bench_pytorch_stacks.py) echo "RuntimeError: fake capture failure" >&2; exit 3 ;;
@@ -56,7 +59,7 @@ esac
 """)
             out = os.path.join(tmp, "out")
             env = dict(os.environ, BUNDLE=bundle, OUT=out, PYTHON=fake_python,
-                       PATH="/usr/bin:/bin")
+                       PATH="/usr/bin:/bin", CALLS_PER_GRAPH="4")
             result = subprocess.run(["bash", "scripts/bench_gpu_time.sh"], cwd=ROOT, env=env,
                                     capture_output=True, text=True, timeout=120)
             text = result.stdout
@@ -75,6 +78,13 @@ esac
                           "graph replay: geometric-mean speedup 1.000 over 2 layers; 1 layers "
                           "slower", text)
             self.assertIn("no stack comparison", text)
+            # Both sides capture the same number of calls a graph, and the
+            # summary says how many.
+            for side in ("ours_args", "torch_args"):
+                with open(os.path.join(tmp, side)) as f:
+                    self.assertIn("--calls_per_graph=4", f.read().split(), side)
+            self.assertIn("calls per graph: convserve 4, pytorch 4", text)
+            self.assertNotIn("WARNING", text)
             self.assertTrue(os.path.exists(os.path.join(out, "compare_layers.csv")))
             with open(os.path.join(out, "compare_layers.txt")) as f:
                 self.assertIn("resnet50_56_3x3_64_64", f.read())
