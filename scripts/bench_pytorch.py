@@ -145,7 +145,7 @@ def main():
                         help="calls captured into one graph; graph_* is a replay over this "
                              "(conv_layer_bench --calls_per_graph must match)")
     args = parser.parse_args()
-    calls = max(args.calls_per_graph, 1)
+    calls_per_graph = max(args.calls_per_graph, 1)
 
     import torch
     import torch.nn.functional as F
@@ -154,7 +154,7 @@ def main():
         print("bench_pytorch: skipped: torch.cuda.is_available() is False", file=sys.stderr)
         return 2
     torch.backends.cudnn.benchmark = True
-    header(torch, calls)
+    header(torch, calls_per_graph)
     print("name,batch,dtype,layout,graph_best_ms,graph_best_variant,graph_conv_relu_ms,"
           "graph_cudnn_fused_ms,eager_best_ms,eager_best_variant,eager_conv_relu_ms,"
           "eager_cudnn_fused_ms", flush=True)
@@ -181,7 +181,7 @@ def main():
                 with torch.no_grad():
                     for variant, fn in calls.items():
                         graph_ms[variant], eager_ms[variant] = time_variant(
-                            torch, fn, args.samples, args.runs_per_sample, calls,
+                            torch, fn, args.samples, args.runs_per_sample, calls_per_graph,
                             f"{name} N={batch} {dtype_name} {variant}")
                 graph_best, graph_which = best(graph_ms)
                 eager_best, eager_which = best(eager_ms)
