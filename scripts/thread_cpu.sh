@@ -16,13 +16,16 @@ ticks=$(getconf CLK_TCK)
 
 # snapshot: "PID TID NAME TICKS SLEEPS" per thread (the path's two numbers,
 # the name with its spaces made underscores, utime + stime in clock ticks,
-# voluntary context switches).
+# voluntary context switches). Bash builtins only, no process per thread, so
+# a snapshot stays short on a busy machine.
 snapshot() {
-  local stat line sleeps
+  local stat line sleeps key value
   for stat in /proc/"$pid"/task/*/stat; do
-    line=$(cat "$stat" 2>/dev/null) || continue
-    sleeps=$(sed -n 's/^voluntary_ctxt_switches:[[:space:]]*//p' "${stat%stat}status" \
-      2>/dev/null) || continue
+    { read -r line < "$stat"; } 2>/dev/null || continue
+    sleeps=""
+    while read -r key value; do
+      if [ "$key" = "voluntary_ctxt_switches:" ]; then sleeps=$value; break; fi
+    done 2>/dev/null < "${stat%stat}status" || continue
     local name=${line#*(}
     name=${name%)*}
     local rest=${line##*) }
@@ -33,10 +36,20 @@ snapshot() {
 }
 
 [ -d /proc/"$pid" ] || { echo "thread_cpu.sh: no process $pid" >&2; exit 1; }
+# Rates are over the measured time between the snapshots' midpoints, not the
+# nominal $seconds: a thread's two readings are that far apart, snapshot
+# time included.
+now_us() { local t=${EPOCHREALTIME/[^0-9]/}; echo "$t"; }
+start=$(now_us)
 before=$(snapshot)
+middle_before=$(( (start + $(now_us)) / 2 ))
 sleep "$seconds"
+start=$(now_us)
 after=$(snapshot)
-awk -v seconds="$seconds" -v ticks="$ticks" -v requests="${REQUESTS:-0}" '
+middle_after=$(( (start + $(now_us)) / 2 ))
+elapsed=$(awk -v us=$(( middle_after - middle_before )) 'BEGIN { printf "%.6f", us / 1e6 }')
+echo "thread_cpu.sh: rates over ${elapsed} s between the snapshots (asked: ${seconds} s)" >&2
+awk -v seconds="$elapsed" -v ticks="$ticks" -v requests="${REQUESTS:-0}" '
   FNR == NR { start[$1 " " $2] = $4; slept[$1 " " $2] = $5; next }
   {
     key = $1 " " $2

@@ -108,10 +108,17 @@ class ThreadCpuTest(unittest.TestCase):
                          ["us/request", "sleeps/request"])
         table = rows(result.stdout)
         cores, per_request = table["spin"][1], table["spin"][3]
-        # cores x 1 s / 1000 requests, in microseconds (the cores column is rounded)
-        self.assertAlmostEqual(per_request, cores * 1e6 / 1000, delta=0.006 * 1e6 / 1000)
+        # Rates are over the measured interval, which the script names on
+        # stderr (the asked 1 s plus a snapshot's time).
+        interval = float(re.search(r"rates over ([0-9.]+) s", result.stderr).group(1))
+        self.assertGreaterEqual(interval, 1.0)
+        self.assertLess(interval, 5.0)
+        # cores x interval / 1000 requests, in microseconds (the cores column is rounded)
+        self.assertAlmostEqual(per_request, cores * interval * 1e6 / 1000,
+                               delta=0.006 * interval * 1e6 / 1000)
         sleeps, sleeps_per_request = table["total"][1], table["total"][3]
-        self.assertAlmostEqual(sleeps_per_request, sleeps / 1000, delta=0.5 / 1000 + 0.005)
+        self.assertAlmostEqual(sleeps_per_request, sleeps * interval / 1000,
+                               delta=0.5 * interval / 1000 + 0.005)
 
     def test_missing_process(self):
         result = subprocess.run(["bash", SCRIPT, "999999999", "1"], capture_output=True,

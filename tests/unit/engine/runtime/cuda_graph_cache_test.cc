@@ -220,7 +220,9 @@ TEST(CudaGraphCacheTest, NewVariantWaitsUntilAnOldOneIdles) {
   // one (which would recapture on every request).
   CudaGraphCacheOptions options;
   options.max_variants = 2;
-  options.variant_idle = absl::Milliseconds(50);
+  // Long enough that a descheduled test thread (a loaded CI machine) does
+  // not see a variant idle before the checks that expect it busy.
+  options.variant_idle = absl::Milliseconds(500);
   std::atomic<int> live{0};
   Dependencies deps;
   Cache cache(options);
