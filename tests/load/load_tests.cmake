@@ -45,3 +45,8 @@ foreach(suite_and_filter
   add_test(NAME ${name} COMMAND load_test --gtest_filter=${filter})
   set_tests_properties(${name} PROPERTIES LABELS "load;${label}" TIMEOUT 120)
 endforeach()
+
+# Alone (RUN_SERIAL): its closed loop's p99 must stay under 100 ms and the
+# open loop must lose no request at 200 requests a second, wall-clock bounds
+# that a CPU-heavy test beside it on CI's 2 cores could break.
+set_tests_properties(load_stall_test PROPERTIES RUN_SERIAL TRUE)
