@@ -8,11 +8,27 @@
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${CONVSERVE_BUILD_DIR:-$root/build}"
-"$root/scripts/setup.sh"
-"$root/scripts/build.sh"
+
+# Each stage's wall time, and on failure the stage that failed, so CI's log
+# says where the time went and what stopped it.
+stage_name=""
+stage_start=$SECONDS
+stage() {
+  stage_name="$1"
+  stage_start=$SECONDS
+  echo "test.sh: stage '$stage_name' started at $(date +%H:%M:%S)"
+}
+stage_done() {
+  echo "test.sh: stage '$stage_name' took $((SECONDS - stage_start)) s"
+}
+trap 'rc=$?; [ $rc -ne 0 ] && echo "test.sh: stage '"'"'$stage_name'"'"' FAILED (exit $rc) after $((SECONDS - stage_start)) s, $SECONDS s in all" >&2' EXIT
+
+stage setup; "$root/scripts/setup.sh"; stage_done
+stage build; "$root/scripts/build.sh"; stage_done
 cd "$build"
-ctest --output-on-failure -j "${CONVSERVE_JOBS:-$(nproc)}" "$@"
+stage ctest; ctest --output-on-failure -j "${CONVSERVE_JOBS:-$(nproc)}" "$@"; stage_done
 if [ "${CONVSERVE_SANITIZERS:-1}" != 0 ] && [ $# -eq 0 ]; then
-  "$root/scripts/sanitize.sh" asan
-  "$root/scripts/sanitize.sh" tsan
+  stage asan; "$root/scripts/sanitize.sh" asan; stage_done
+  stage tsan; "$root/scripts/sanitize.sh" tsan; stage_done
 fi
+echo "test.sh: all stages passed in $SECONDS s"
