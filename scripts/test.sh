@@ -21,7 +21,14 @@ stage() {
 stage_done() {
   echo "test.sh: stage '$stage_name' took $((SECONDS - stage_start)) s"
 }
-trap 'rc=$?; [ $rc -ne 0 ] && echo "test.sh: stage '"'"'$stage_name'"'"' FAILED (exit $rc) after $((SECONDS - stage_start)) s, $SECONDS s in all" >&2' EXIT
+on_exit() {
+  local rc=$?
+  if [ $rc -ne 0 ]; then
+    echo "test.sh: stage '$stage_name' FAILED (exit $rc) after $((SECONDS - stage_start)) s," \
+      "$SECONDS s in all" >&2
+  fi
+}
+trap on_exit EXIT
 
 stage setup; "$root/scripts/setup.sh"; stage_done
 stage build; "$root/scripts/build.sh"; stage_done
