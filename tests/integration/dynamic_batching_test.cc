@@ -302,23 +302,26 @@ TEST_F(DynamicBatchingTest, BadRequestsDoNotFailTheirBatchMates) {
   threads.push_back(Send(RawRequest(kBatched, inputs[0]), &results[0]));
   ASSERT_TRUE(gate_->AwaitHeld(1, kPatience));
   threads.push_back(Send(RawRequest(kBatched, inputs[1]), &results[1]));
-  threads.push_back(Send(RawRequest(kBatched, inputs[2]), &results[2], absl::Milliseconds(300)));
   threads.push_back(Send(RawRequest(kBatched, inputs[3]), &results[3]));
   inference::ModelInferRequest short_input = RawRequest(kBatched, inputs[0].substr(4));
   threads.push_back(Send(short_input, &results[4]));
   inference::ModelInferRequest no_region = RequestWithoutContents(kBatched, "FP32", OneInput());
   PlaceInRegion("never_registered", kOneInputBytes, 0, InputParameters(&no_region));
   threads.push_back(Send(no_region, &results[5]));
-  ASSERT_TRUE(AwaitWaiting(kBatched, 3));
-  // The 300 ms deadline passes while the request waits; it is answered
-  // without waiting for the held worker.
-  threads[2].join();
+  ASSERT_TRUE(AwaitWaiting(kBatched, 2));
+  // Sent once its batch-mates wait, so its deadline cannot pass before they
+  // do (on a loaded machine a later send can start that late). The deadline
+  // passes while it waits; it is answered without waiting for the held
+  // worker.
+  std::thread expiring =
+      Send(RawRequest(kBatched, inputs[2]), &results[2], absl::Milliseconds(1000));
+  const bool three_waited = AwaitWaiting(kBatched, 3);
+  expiring.join();
+  EXPECT_TRUE(three_waited) << "the expiring request never waited beside its batch-mates";
   EXPECT_EQ(results[2].status().code(), absl::StatusCode::kDeadlineExceeded) << results[2].status();
   ASSERT_TRUE(AwaitWaiting(kBatched, 2));
   gate_->Open();
-  for (size_t i = 0; i < threads.size(); ++i) {
-    if (i != 2) threads[i].join();
-  }
+  for (std::thread& thread : threads) thread.join();
   EXPECT_EQ(results[4].status().code(), absl::StatusCode::kInvalidArgument) << results[4].status();
   EXPECT_FALSE(results[5].ok());
   for (int i : {0, 1, 3}) {

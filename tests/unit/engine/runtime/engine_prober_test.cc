@@ -185,11 +185,16 @@ struct Misbehaviour {
 class ProberFaultTest : public EngineProberTest,
                         public ::testing::WithParamInterface<Misbehaviour> {};
 
+// How long a misbehaving prober's candidate may run (the Hang case waits it
+// out). The first read after a start also waits for the prober to start, which
+// on a loaded CI machine, or under ASan, takes a good part of a second.
+constexpr absl::Duration kMisbehaviourTimeout = absl::Seconds(5);
+
 TEST_P(ProberFaultTest, CandidateIsQuarantinedAndNeverRunAgain) {
   const Misbehaviour& m = GetParam();
   {
     std::unique_ptr<EngineProber> prober =
-        Prober({absl::StrCat(m.flag, "=fused:e2:")}, absl::Seconds(2));
+        Prober({absl::StrCat(m.flag, "=fused:e2:")}, kMisbehaviourTimeout);
     absl::StatusOr<SearchReport> report = prober->Search(Problem());
     ASSERT_TRUE(report.ok()) << report.status();
     // The search went on in a new prober, without the culprit.
@@ -213,7 +218,7 @@ TEST_P(ProberFaultTest, CandidateIsQuarantinedAndNeverRunAgain) {
   store_ = *std::move(reopened);
   std::filesystem::remove(tries_);
   std::unique_ptr<EngineProber> restarted =
-      Prober({absl::StrCat(m.flag, "=fused:e2:")}, absl::Seconds(2));
+      Prober({absl::StrCat(m.flag, "=fused:e2:")}, kMisbehaviourTimeout);
   absl::StatusOr<SearchReport> again = restarted->Search(Problem());
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_EQ(Tries(), (std::vector<std::string>{"fused:e1:k2=3", "unfused:e3:"}));
@@ -226,7 +231,7 @@ INSTANTIATE_TEST_SUITE_P(
     Misbehaviours, ProberFaultTest,
     ::testing::Values(Misbehaviour{"LostContext", "--fault", "cudaErrorMisalignedAddress"},
                       Misbehaviour{"Crash", "--crash", "killed by signal 6"},
-                      Misbehaviour{"Hang", "--hang", "hung for 2s"}),
+                      Misbehaviour{"Hang", "--hang", "hung for 5s"}),
     [](const auto& info) { return std::string(info.param.name); });
 
 TEST_F(EngineProberTest, GivesUpAfterTheFaultLimit) {
@@ -267,7 +272,9 @@ TEST_F(EngineProberTest, IdleProberExitsAndTheNextSearchStartsOne) {
   EngineProberOptions options;
   options.binary = CONVSERVE_FAKE_PROBER;
   options.arguments = {"--plan_cache_dir=" + store_->directory()};
-  options.idle_timeout = absl::Milliseconds(200);
+  // Long enough that the prober is still running when the test looks right
+  // after the search, even with the test thread descheduled a while.
+  options.idle_timeout = absl::Seconds(1);
   absl::StatusOr<std::unique_ptr<EngineProber>> prober = EngineProber::Create(options, store_.get());
   ASSERT_TRUE(prober.ok());
   ASSERT_TRUE((*prober)->Search(Problem()).ok());
