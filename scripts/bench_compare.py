@@ -172,12 +172,16 @@ def fmt(value, width, digits=2):
 
 def print_calls_per_graph(ours_meta, torch_meta, out):
     """Prints both CSVs' calls per graph; warns (here and on stderr) when
-    they differ or one is missing, since per-call figures of graphs of
-    different sizes carry different shares of the replay's launch cost."""
-    ours = ours_meta.get("calls_per_graph", "not recorded")
-    torch = torch_meta.get("calls_per_graph", "not recorded")
+    they differ, since per-call figures of graphs of different sizes carry
+    different shares of the replay's launch cost. A CSV without the line is
+    from before the count existed, when each graph held one call."""
+    def count(meta):
+        text = meta.get("calls_per_graph")
+        return (int(text), text) if text else (1, "1 (not recorded)")
+
+    (ours_n, ours), (torch_n, torch) = count(ours_meta), count(torch_meta)
     print(f"calls per graph: convserve {ours}, pytorch {torch}", file=out)
-    if ours != torch:
+    if ours_n != torch_n:
         warning = (f"WARNING: the two sides captured different numbers of calls per graph "
                    f"(convserve {ours}, pytorch {torch}): the graph figures are not comparable; "
                    f"rerun both with the same --calls_per_graph")

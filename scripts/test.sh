@@ -29,6 +29,10 @@ on_exit() {
   fi
 }
 trap on_exit EXIT
+# A signal to the script alone (a CI timeout) still ends it with a failure
+# the exit message sees.
+trap 'exit 143' TERM
+trap 'exit 130' INT
 
 stage setup; "$root/scripts/setup.sh"; stage_done
 stage build; "$root/scripts/build.sh"; stage_done

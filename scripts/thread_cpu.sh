@@ -26,6 +26,7 @@ snapshot() {
     while read -r key value; do
       if [ "$key" = "voluntary_ctxt_switches:" ]; then sleeps=$value; break; fi
     done 2>/dev/null < "${stat%stat}status" || continue
+    [ -n "$sleeps" ] || continue  # the thread ended while it was read
     local name=${line#*(}
     name=${name%)*}
     local rest=${line##*) }

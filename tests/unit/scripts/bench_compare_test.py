@@ -259,11 +259,19 @@ class BenchCompareTest(unittest.TestCase):
         self.assertIn("WARNING: the two sides captured different numbers of calls per graph "
                       "(convserve 10, pytorch 1)", text)
         self.assertIn("WARNING", err.getvalue())
-        # An older CSV without the line is named as such, and warned.
+        # An older CSV without the line held one call a graph: warned against
+        # ten, not against one.
         with contextlib.redirect_stderr(io.StringIO()):
             text = self.run_compare(*self.layer_args(torch_text=TORCH_OLD))
-        self.assertIn("calls per graph: convserve 10, pytorch not recorded", text)
+        self.assertIn("calls per graph: convserve 10, pytorch 1 (not recorded)", text)
         self.assertIn("WARNING", text)
+        ours_one = OURS.replace("# calls_per_graph: 10", "# calls_per_graph: 1")
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            text = self.run_compare(*self.layer_args(torch_text=TORCH_OLD, ours_text=ours_one))
+        self.assertIn("calls per graph: convserve 1, pytorch 1 (not recorded)", text)
+        self.assertNotIn("WARNING", text)
+        self.assertEqual(err.getvalue(), "")
 
     def test_flags_must_come_in_pairs(self):
         with contextlib.redirect_stderr(io.StringIO()):
