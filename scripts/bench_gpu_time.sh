@@ -23,7 +23,12 @@
 # per-call figure of a graph of one call is the host's replay rate for short
 # layers), REQUESTS (500),
 # PARTS ("layers stacks"), LAYER_TIMEOUT (200), TORCH_TIMEOUT (150),
-# STACK_TIMEOUT (90), TORCH_STACK_TIMEOUT (90).
+# STACK_TIMEOUT (90), TORCH_STACK_TIMEOUT (90), and OURS_CUDNN, the cuDNN
+# our two programs load: "system" (the default: the loader's, through
+# LD_LIBRARY_PATH or the system's), "torch" (the one PyTorch's wheel ships
+# and runs on, found through $PYTHON, so both sides run one cuDNN), or a
+# directory holding libcudnn.so.9. The CSVs' "# cudnn:" lines name the
+# version each side ran.
 set -uo pipefail
 bundle="${BUNDLE:-bundle}"
 out="${OUT:-$(mktemp -d "${TMPDIR:-/tmp}/convserve_bench.XXXXXX")}"
@@ -39,8 +44,48 @@ parts="${PARTS:-layers stacks}"
 # returns them all. Each step's stderr is written outside $out, in $logs.
 logs="$(mktemp -d "${TMPDIR:-/tmp}/convserve_bench_logs.XXXXXX")"
 mkdir -p "$out"
-export LD_LIBRARY_PATH="$PWD/$bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+given_ld="${LD_LIBRARY_PATH:-}"
+case "$bundle" in
+  /*) bundle_lib="$bundle/lib" ;;
+  *) bundle_lib="$PWD/$bundle/lib" ;;
+esac
+export LD_LIBRARY_PATH="$bundle_lib${given_ld:+:$given_ld}"
 bin="$bundle/bin"
+# ours_ld: our programs' LD_LIBRARY_PATH, with OURS_CUDNN's directories
+# after the bundle's lib/ (which holds no cuDNN).
+ours_cudnn="${OURS_CUDNN:-system}"
+ours_ld="$LD_LIBRARY_PATH"
+case "$ours_cudnn" in
+  system) ;;
+  torch)
+    # PyTorch's wheels load cuDNN (nvidia.cudnn) and CUDA's libraries
+    # (nvidia.cu13, where present) from site-packages.
+    cudnn_dirs=$("$python" - <<'PY' 2>/dev/null
+import importlib, os
+for name in ("nvidia.cudnn", "nvidia.cu13"):
+    try:
+        module = importlib.import_module(name)
+    except ImportError:
+        continue
+    for path in module.__path__:
+        if os.path.isdir(os.path.join(path, "lib")):
+            print(os.path.join(path, "lib"))
+PY
+    )
+    cudnn_dirs=$(echo "$cudnn_dirs" | paste -sd: -)
+    ;;
+  *) cudnn_dirs="$ours_cudnn" ;;
+esac
+if [ "$ours_cudnn" != system ]; then
+  found=""
+  IFS=: read -ra dirs <<< "$cudnn_dirs"
+  for dir in "${dirs[@]}"; do [ -e "$dir/libcudnn.so.9" ] && found="$dir"; done
+  if [ -z "$found" ]; then
+    echo "OURS_CUDNN=$ours_cudnn: no libcudnn.so.9 in '${cudnn_dirs}' (for torch: PyTorch's nvidia.cudnn package, through $python)"
+    exit 2
+  fi
+  ours_ld="$bundle_lib:$cudnn_dirs${given_ld:+:$given_ld}"
+fi
 summary=()
 start_all=$SECONDS
 
@@ -92,12 +137,13 @@ have_torch() {
 has_rows() { [ -s "$1" ] && [ "$(grep -cv '^#' "$1")" -gt 1 ]; }
 
 echo "convserve GPU-time benchmark; logs and CSVs in $out"
+[ "$ours_cudnn" = system ] || echo "ours on the cuDNN in $cudnn_dirs (OURS_CUDNN=$ours_cudnn)"
 nvidia-smi -L 2>&1 | tee "$logs/device.txt"
 
 if [[ " $parts " == *" layers "* ]]; then
   if have_binary conv_layer_bench; then
     step conv_layer_bench "${LAYER_TIMEOUT:-200}" "$out/ours_layers.csv" \
-      "$bin/conv_layer_bench" --engine_selection="$selection" --samples="$samples" \
+      env LD_LIBRARY_PATH="$ours_ld" "$bin/conv_layer_bench" --engine_selection="$selection" --samples="$samples" \
       --runs_per_sample="$runs" --calls_per_graph="$calls_per_graph"
   fi
   if have_torch bench_pytorch; then
@@ -110,7 +156,7 @@ fi
 if [[ " $parts " == *" stacks "* ]]; then
   if have_binary stack_bench; then
     step stack_bench "${STACK_TIMEOUT:-90}" "$out/ours_stacks.csv" \
-      "$bin/stack_bench" --engine_selection="$selection" --requests="$requests"
+      env LD_LIBRARY_PATH="$ours_ld" "$bin/stack_bench" --engine_selection="$selection" --requests="$requests"
   fi
   if have_torch bench_pytorch_stacks; then
     step bench_pytorch_stacks "${TORCH_STACK_TIMEOUT:-90}" "$out/torch_stacks.csv" \

@@ -38,6 +38,61 @@ def executable(path, text):
 
 
 class BenchGpuTimeTest(unittest.TestCase):
+    def fake_bundle(self, tmp):
+        """A bundle whose conv_layer_bench and stack_bench record their
+        LD_LIBRARY_PATH and print a CSV, and a python whose PyTorch steps
+        record theirs; returns the environment for the driver."""
+        bundle = os.path.join(tmp, "bundle")
+        os.makedirs(os.path.join(bundle, "bin"))
+        os.makedirs(os.path.join(bundle, "lib"))
+        for name in ("conv_layer_bench", "stack_bench"):
+            executable(os.path.join(bundle, "bin", name),
+                       f"#!/bin/sh\necho \"$LD_LIBRARY_PATH\" > {tmp}/{name}_ld\n"
+                       f"cat <<'EOF'\n{OURS}EOF\n")
+        fake_python = os.path.join(tmp, "python")
+        executable(fake_python, f"""#!/bin/bash
+case "$1" in
+  -c) echo ok ;;
+  scripts/bench_pytorch*.py) echo "$LD_LIBRARY_PATH" > {tmp}/torch_ld; cat <<'EOF'
+{TORCH}EOF
+  ;;
+  *) exec /usr/bin/python3 "$@" ;;
+esac
+""")
+        return dict(os.environ, BUNDLE=bundle, OUT=os.path.join(tmp, "out"),
+                    PYTHON=fake_python, PATH="/usr/bin:/bin", LD_LIBRARY_PATH="/given",
+                    PARTS="layers")
+
+    def test_ours_cudnn_directory_is_for_our_programs_only(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            env = self.fake_bundle(tmp)
+            cudnn = os.path.join(tmp, "cudnn919")
+            os.makedirs(cudnn)
+            open(os.path.join(cudnn, "libcudnn.so.9"), "w").close()
+            env["OURS_CUDNN"] = cudnn
+            result = subprocess.run(["bash", "scripts/bench_gpu_time.sh"], cwd=ROOT, env=env,
+                                    capture_output=True, text=True, timeout=120)
+            self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
+            self.assertIn(f"ours on the cuDNN in {cudnn} (OURS_CUDNN={cudnn})", result.stdout)
+            with open(os.path.join(tmp, "conv_layer_bench_ld")) as f:
+                self.assertEqual(f.read().strip(), f"{env['BUNDLE']}/lib:{cudnn}:/given")
+            with open(os.path.join(tmp, "torch_ld")) as f:
+                self.assertNotIn(cudnn, f.read())
+
+    def test_ours_cudnn_without_a_library_stops_before_running(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            env = self.fake_bundle(tmp)
+            for choice, named in ((os.path.join(tmp, "empty"), "empty"),
+                                  ("torch", "PyTorch's nvidia.cudnn package")):
+                os.makedirs(os.path.join(tmp, "empty"), exist_ok=True)
+                env["OURS_CUDNN"] = choice
+                result = subprocess.run(["bash", "scripts/bench_gpu_time.sh"], cwd=ROOT,
+                                        env=env, capture_output=True, text=True, timeout=120)
+                self.assertEqual(result.returncode, 2, result.stdout + result.stderr)
+                self.assertIn(f"OURS_CUDNN={choice}: no libcudnn.so.9", result.stdout)
+                self.assertIn(named, result.stdout)
+                self.assertFalse(os.path.exists(os.path.join(tmp, "conv_layer_bench_ld")))
+
     def test_compares_what_ran_and_reports_what_did_not(self):
         with tempfile.TemporaryDirectory() as tmp:
             bundle = os.path.join(tmp, "bundle")
