@@ -1,7 +1,7 @@
 // The pointwise pair kernel. Each block keeps both weight matrices and both
 // biases in shared memory for its life and loops over 128-pixel tiles,
 // copying the next tile's input in (cp.async) while it computes this one.
-// Each of its 4 warps owns 32 pixel rows of the tile. For each 32-channel
+// Each of its 8 warps owns 16 pixel rows of the tile. For each 32-channel
 // chunk of C1, the warp's mma.sync (m16n8k16, float32 accumulation) computes
 // the first conv; its accumulators, plus bias, activated in float32 and
 // rounded to the dtype, are laid out exactly as the A operand of the second
@@ -9,7 +9,15 @@
 // accumulators without touching memory. A plain (or clipped) ReLU runs as
 // min/max in a copy of the loop of its own; other activations are switched
 // on once per chunk, not per element (per element, the kernel was six times
-// slower on an H100: the switch out-issued the MMAs).
+// slower on an H100: the switch out-issued the MMAs). When the output rows
+// are no wider than the input rows (C2 <= C0), a warp stages its output in
+// its own input rows' shared memory and stores whole 128-byte lines.
+//
+// 8 warps of 16 rows, not 4 of 32: at 190 registers a thread, 4-warp
+// blocks left 8 warps on an SM, and ncu (H200) found no eligible warp 65%
+// of the time; 16-row warps need 124 registers, so two blocks hold 16 warps
+// an SM. The ResNet-50 stack at batch 32 took 178.1 us against 180.9
+// (docs/cudnn.md, "Fused 1x1 pairs").
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -28,9 +36,11 @@
 namespace convserve {
 namespace {
 
-constexpr int kWarps = 4;
+constexpr int kWarps = 8;
 constexpr int kThreads = 32 * kWarps;
-constexpr int kRowsPerWarp = 32;
+constexpr int kRowsPerWarp = 16;
+// m16 row blocks per warp.
+constexpr int kM = kRowsPerWarp / 16;
 constexpr int kTile = static_cast<int>(kPointwisePairTile);
 constexpr int kChunk = static_cast<int>(kPointwisePairChunk);
 constexpr int kPad = static_cast<int>(kPointwisePairPad);
@@ -38,21 +48,21 @@ static_assert(kTile == kWarps * kRowsPerWarp, "a tile is one row block per warp"
 static_assert(kChunk == 32, "the epilogue of a chunk fills two k16 A fragments");
 
 // The first conv's epilogue for one 32-channel chunk starting at `chunk`:
-// accumulators (2 row blocks of 16 x 4 column blocks of 8) plus bias,
+// accumulators (kM row blocks of 16 x 4 column blocks of 8) plus bias,
 // activated (`activate`) and rounded, into the A fragments of the second
-// conv (2 row blocks x 2 k16 steps). In m16n8k16, thread (g, t) holds C
+// conv (kM row blocks x 2 k16 steps). In m16n8k16, thread (g, t) holds C
 // elements (g, 2t), (g, 2t+1), (g+8, 2t), (g+8, 2t+1) of an n8 block, and A
 // registers (g, 2t..2t+1), (g+8, 2t..), (g, 2t+8..), (g+8, 2t+8..) of a k16
 // step: two adjacent n8 blocks are one k16 step's A.
 template <typename T, typename Activate>
-__device__ inline void HiddenChunk(const float (&acc)[2][4][4], const float* bias, int chunk, int t,
-                                   const Activate& activate, unsigned (&a)[2][2][4]) {
+__device__ inline void HiddenChunk(const float (&acc)[kM][4][4], const float* bias, int chunk, int t,
+                                   const Activate& activate, unsigned (&a)[kM][2][4]) {
 #pragma unroll
   for (int k = 0; k < 2; ++k) {
     const int lo = chunk + 16 * k + 2 * t, hi = lo + 8;
     const float b_lo0 = bias[lo], b_lo1 = bias[lo + 1], b_hi0 = bias[hi], b_hi1 = bias[hi + 1];
 #pragma unroll
-    for (int m = 0; m < 2; ++m) {
+    for (int m = 0; m < kM; ++m) {
       const float(&left)[4] = acc[m][2 * k];
       const float(&right)[4] = acc[m][2 * k + 1];
       a[m][k][0] = Pack<T>(activate(left[0] + b_lo0), activate(left[1] + b_lo1));
@@ -66,8 +76,8 @@ __device__ inline void HiddenChunk(const float (&acc)[2][4][4], const float* bia
 // HiddenChunk for any activation (WithKind picks K once per chunk).
 template <typename T>
 struct HiddenEpilogue {
-  const float (&acc)[2][4][4];
-  unsigned (&a)[2][2][4];
+  const float (&acc)[kM][4][4];
+  unsigned (&a)[kM][2][4];
   const float* bias;  // shared memory, C1 floats
   const Activation& activation;
   int chunk, t;
@@ -78,18 +88,18 @@ struct HiddenEpilogue {
   }
 };
 
-// Both convs for the warp's 32 rows of a tile (`x`: their A fragments),
+// Both convs for the warp's rows of a tile (`x`: their A fragments),
 // into the second conv's accumulators; `hidden(acc0, a, chunk)` is the
 // first conv's epilogue for each chunk.
 template <typename T, int kC0, int kC2, typename Hidden>
-__device__ inline void TileConvs(const unsigned (&x)[2][kC0 / 16][4], const T* shared_w0,
+__device__ inline void TileConvs(const unsigned (&x)[kM][kC0 / 16][4], const T* shared_w0,
                                  const T* shared_w1, int c1, int b_row, int b_column,
-                                 const Hidden& hidden, float (&acc1)[2][kC2 / 8][4]) {
+                                 const Hidden& hidden, float (&acc1)[kM][kC2 / 8][4]) {
   constexpr int kRow0 = kC0 + kPad, kSteps0 = kC0 / 16, kBlocks2 = kC2 / 8;
   const int row1 = c1 + kPad;
 #pragma unroll 1
   for (int chunk = 0; chunk < c1; chunk += kChunk) {
-    float acc0[2][4][4] = {};
+    float acc0[kM][4][4] = {};
 #pragma unroll
     for (int k = 0; k < kSteps0; ++k) {
 #pragma unroll
@@ -97,13 +107,13 @@ __device__ inline void TileConvs(const unsigned (&x)[2][kC0 / 16][4], const T* s
         unsigned b[4];
         LdMatrixX4(b, shared_w0 + (chunk + n * 8 + b_row) * kRow0 + k * 16 + b_column);
 #pragma unroll
-        for (int m = 0; m < 2; ++m) {
+        for (int m = 0; m < kM; ++m) {
           Mma<T>(acc0[m][n], x[m][k], b[0], b[1]);
           Mma<T>(acc0[m][n + 1], x[m][k], b[2], b[3]);
         }
       }
     }
-    unsigned a[2][2][4];
+    unsigned a[kM][2][4];
     hidden(acc0, a, chunk);
 #pragma unroll
     for (int k = 0; k < 2; ++k) {
@@ -112,7 +122,7 @@ __device__ inline void TileConvs(const unsigned (&x)[2][kC0 / 16][4], const T* s
         unsigned b[4];
         LdMatrixX4(b, shared_w1 + (n * 8 + b_row) * row1 + chunk + k * 16 + b_column);
 #pragma unroll
-        for (int m = 0; m < 2; ++m) {
+        for (int m = 0; m < kM; ++m) {
           Mma<T>(acc1[m][n], a[m][k], b[0], b[1]);
           Mma<T>(acc1[m][n + 1], a[m][k], b[2], b[3]);
         }
@@ -121,25 +131,26 @@ __device__ inline void TileConvs(const unsigned (&x)[2][kC0 / 16][4], const T* s
   }
 }
 
-// The second conv's epilogue for the warp's 32 rows: plus bias, activated
-// (`activate`), rounded and stored (rows past the last pixel are not).
+// The second conv's epilogue for the warp's rows: plus bias, activated
+// (`activate`) and rounded, into rows of `pitch` elements from `out` (rows
+// from `valid_rows` on, past the last pixel, are not written).
 template <typename T, int kC2, typename Activate>
-__device__ inline void OutputRows(const float (&acc)[2][kC2 / 8][4], const float* bias,
-                                  const Activate& activate, T* y, int64_t first_row,
-                                  int64_t pixels, int g, int t) {
+__device__ inline void OutputRows(const float (&acc)[kM][kC2 / 8][4], const float* bias,
+                                  const Activate& activate, T* out, int pitch, int64_t valid_rows,
+                                  int g, int t) {
 #pragma unroll
-  for (int m = 0; m < 2; ++m) {
+  for (int m = 0; m < kM; ++m) {
 #pragma unroll
     for (int n = 0; n < kC2 / 8; ++n) {
       const int column = n * 8 + 2 * t;
-      const int64_t row = first_row + m * 16 + g;
+      const int row = m * 16 + g;
       const float b0 = bias[column], b1 = bias[column + 1];
-      if (row < pixels) {
-        *reinterpret_cast<unsigned*>(y + row * kC2 + column) =
+      if (row < valid_rows) {
+        *reinterpret_cast<unsigned*>(out + row * pitch + column) =
             Pack<T>(activate(acc[m][n][0] + b0), activate(acc[m][n][1] + b1));
       }
-      if (row + 8 < pixels) {
-        *reinterpret_cast<unsigned*>(y + (row + 8) * kC2 + column) =
+      if (row + 8 < valid_rows) {
+        *reinterpret_cast<unsigned*>(out + (row + 8) * pitch + column) =
             Pack<T>(activate(acc[m][n][2] + b0), activate(acc[m][n][3] + b1));
       }
     }
@@ -149,18 +160,39 @@ __device__ inline void OutputRows(const float (&acc)[2][kC2 / 8][4], const float
 // OutputRows for any activation (WithKind picks K once per tile).
 template <typename T, int kC2>
 struct OutputEpilogue {
-  const float (&acc)[2][kC2 / 8][4];
+  const float (&acc)[kM][kC2 / 8][4];
   const float* bias;  // shared memory, C2 floats
   const Activation& activation;
-  T* y;
-  int64_t first_row, pixels;
+  T* out;
+  int pitch;
+  int64_t valid_rows;
   int g, t;
 
   template <ActivationKind K>
   __device__ void Run() const {
-    OutputRows<T, kC2>(acc, bias, KindActivation<K>{activation}, y, first_row, pixels, g, t);
+    OutputRows<T, kC2>(acc, bias, KindActivation<K>{activation}, out, pitch, valid_rows, g, t);
   }
 };
+
+// Copies the warp's `rows` staged output rows (`pitch` elements apart in
+// shared memory) to Y, 16 bytes a lane: a warp stores whole 128-byte lines,
+// where the fragments' own 4-byte stores used half of each 32-byte sector
+// they sent (ncu on an H200).
+template <typename T, int kC2>
+__device__ inline void StoreStagedRows(const T* staged, int pitch, T* y, int64_t rows, int lane) {
+  constexpr int kVectors = kC2 * static_cast<int>(sizeof(T)) / 16;
+  constexpr int kElements = 16 / static_cast<int>(sizeof(T));
+  static_assert(kRowsPerWarp * kVectors % 32 == 0, "whole warps of vectors");
+#pragma unroll
+  for (int i = 0; i < kRowsPerWarp * kVectors / 32; ++i) {
+    const int v = 32 * i + lane;
+    const int row = v / kVectors, column = (v % kVectors) * kElements;
+    if (row < rows) {
+      *reinterpret_cast<uint4*>(y + row * int64_t{kC2} + column) =
+          *reinterpret_cast<const uint4*>(staged + row * pitch + column);
+    }
+  }
+}
 
 // kC0, kC2: 32 or 64 (any multiple of 16 up to 64 works; each costs
 // compile time); c1 a multiple of 32. Shared memory as
@@ -228,38 +260,50 @@ __global__ void __launch_bounds__(kThreads, 2)
     const int64_t next = tile + gridDim.x;
     if (next < tiles) load_tile(next, buffer ^ 1);
     CopyAsyncCommit();
-    const T* const tile_x = shared_x + (buffer * kTile + warp * kRowsPerWarp) * kRow0;
-    unsigned x_fragments[2][kSteps0][4];
+    T* const tile_x = shared_x + (buffer * kTile + warp * kRowsPerWarp) * kRow0;
+    unsigned x_fragments[kM][kSteps0][4];
 #pragma unroll
-    for (int m = 0; m < 2; ++m) {
+    for (int m = 0; m < kM; ++m) {
 #pragma unroll
       for (int k = 0; k < kSteps0; ++k) {
         LdMatrixX4(x_fragments[m][k], tile_x + (m * 16 + a_row) * kRow0 + k * 16 + a_column);
       }
     }
-    float acc1[2][kBlocks2][4] = {};
+    float acc1[kM][kBlocks2][4] = {};
     // A plain ReLU gets its own copy of the loop, without the switch.
     if (relu0) {
       TileConvs<T, kC0, kC2>(
           x_fragments, shared_w0, shared_w1, c1, b_row, b_column,
-          [&](const float(&acc0)[2][4][4], unsigned(&a)[2][2][4], int chunk) {
+          [&](const float(&acc0)[kM][4][4], unsigned(&a)[kM][2][4], int chunk) {
             HiddenChunk<T>(acc0, shared_bias0, chunk, t, ClippedRelu{clip0}, a);
           },
           acc1);
     } else {
       TileConvs<T, kC0, kC2>(
           x_fragments, shared_w0, shared_w1, c1, b_row, b_column,
-          [&](const float(&acc0)[2][4][4], unsigned(&a)[2][2][4], int chunk) {
+          [&](const float(&acc0)[kM][4][4], unsigned(&a)[kM][2][4], int chunk) {
             WithKind(activation0, HiddenEpilogue<T>{acc0, a, shared_bias0, activation0, chunk, t});
           },
           acc1);
     }
     const int64_t first_row = tile * kTile + warp * kRowsPerWarp;
+    const int64_t valid_rows = pixels - first_row;
+    // With C2 <= C0 the output rows fit where the warp's own input rows
+    // were (read into x_fragments above; no other warp reads them), so the
+    // epilogue stages them there and the warp stores whole lines.
+    constexpr bool kStaged = kC2 <= kC0;
+    T* const out = kStaged ? tile_x : y + first_row * kC2;
+    const int pitch = kStaged ? kRow0 : kC2;
+    if constexpr (kStaged) __syncwarp();  // the warp's ldmatrix reads of them are done
     if (relu1) {
-      OutputRows<T, kC2>(acc1, shared_bias1, ClippedRelu{clip1}, y, first_row, pixels, g, t);
+      OutputRows<T, kC2>(acc1, shared_bias1, ClippedRelu{clip1}, out, pitch, valid_rows, g, t);
     } else {
-      WithKind(activation1,
-               OutputEpilogue<T, kC2>{acc1, shared_bias1, activation1, y, first_row, pixels, g, t});
+      WithKind(activation1, OutputEpilogue<T, kC2>{acc1, shared_bias1, activation1, out, pitch,
+                                                   valid_rows, g, t});
+    }
+    if constexpr (kStaged) {
+      __syncwarp();
+      StoreStagedRows<T, kC2>(tile_x, kRow0, y + first_row * kC2, valid_rows, lane);
     }
     CopyAsyncWait<0>();
     __syncthreads();

@@ -22,7 +22,7 @@
 
 namespace convserve {
 
-// Pixels one block computes at a time (4 warps of 32 rows), and the
+// Pixels one block computes at a time (8 warps of 16 rows), and the
 // channels of the first conv's output one step computes.
 inline constexpr int64_t kPointwisePairTile = 128;
 inline constexpr int64_t kPointwisePairChunk = 32;
