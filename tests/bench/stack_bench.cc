@@ -21,6 +21,7 @@
 #include <vector>
 
 #include <cuda_runtime_api.h>
+#include <cudnn.h>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -162,6 +163,11 @@ int Run() {
   cudaDeviceProp properties;
   cudaGetDeviceProperties(&properties, ordinal);
   std::printf("# device: %s\n", properties.name);
+  // The cuDNN this process loaded (scripts/bench_gpu_time.sh's OURS_CUDNN
+  // can pick another than the one it was built against).
+  const size_t cudnn = cudnnGetVersion();
+  std::printf("# cudnn: runtime %zu.%zu.%zu (compiled against %d.%d.%d)\n", cudnn / 10000,
+              cudnn % 10000 / 100, cudnn % 100, CUDNN_MAJOR, CUDNN_MINOR, CUDNN_PATCHLEVEL);
   std::printf("# selection: %s, pointwise pairs %s\n",
               absl::GetFlag(FLAGS_engine_selection).c_str(),
               absl::GetFlag(FLAGS_fuse_pointwise_pairs) ? "raced" : "off");
