@@ -4,7 +4,9 @@ bundle (conv_layer_bench prints a CSV; stack_bench is missing) and a fake
 python that answers for PyTorch (bench_pytorch.py prints a CSV,
 bench_pytorch_stacks.py fails). The driver must compare what it has, report
 the missing binary and the failing step with their reasons, and print the
-short tables last. Runs without a GPU or PyTorch."""
+short tables last. OURS_CUDNN's directories go to our programs' library
+path only, and a choice without libcudnn.so.9 stops the run. Runs without a
+GPU or PyTorch."""
 import os
 import stat
 import subprocess
@@ -39,33 +41,35 @@ def executable(path, text):
 
 class BenchGpuTimeTest(unittest.TestCase):
     def fake_bundle(self, tmp):
-        """A bundle whose conv_layer_bench and stack_bench record their
-        LD_LIBRARY_PATH and print a CSV, and a python whose PyTorch steps
-        record theirs; returns the environment for the driver."""
+        """A bundle with a conv_layer_bench (no stack_bench) that records its
+        arguments and LD_LIBRARY_PATH and prints a CSV, and a python whose
+        bench_pytorch.py does the same and whose bench_pytorch_stacks.py
+        fails; returns the environment for the driver."""
         bundle = os.path.join(tmp, "bundle")
         os.makedirs(os.path.join(bundle, "bin"))
         os.makedirs(os.path.join(bundle, "lib"))
-        for name in ("conv_layer_bench", "stack_bench"):
-            executable(os.path.join(bundle, "bin", name),
-                       f"#!/bin/sh\necho \"$LD_LIBRARY_PATH\" > {tmp}/{name}_ld\n"
-                       f"cat <<'EOF'\n{OURS}EOF\n")
+        executable(os.path.join(bundle, "bin", "conv_layer_bench"),
+                   f"#!/bin/sh\necho \"$@\" > {tmp}/ours_args\n"
+                   f"echo \"$LD_LIBRARY_PATH\" > {tmp}/ours_ld\necho 'fake backend' >&2\n"
+                   f"cat <<'EOF'\n{OURS}EOF\n")
         fake_python = os.path.join(tmp, "python")
         executable(fake_python, f"""#!/bin/bash
 case "$1" in
   -c) echo ok ;;
-  scripts/bench_pytorch*.py) echo "$LD_LIBRARY_PATH" > {tmp}/torch_ld; cat <<'EOF'
+  scripts/bench_pytorch.py) echo "$@" > {tmp}/torch_args; echo "$LD_LIBRARY_PATH" > {tmp}/torch_ld
+    cat <<'EOF'
 {TORCH}EOF
   ;;
+  scripts/bench_pytorch_stacks.py) echo "RuntimeError: fake capture failure" >&2; exit 3 ;;
   *) exec /usr/bin/python3 "$@" ;;
 esac
 """)
         return dict(os.environ, BUNDLE=bundle, OUT=os.path.join(tmp, "out"),
-                    PYTHON=fake_python, PATH="/usr/bin:/bin", LD_LIBRARY_PATH="/given",
-                    PARTS="layers")
+                    PYTHON=fake_python, PATH="/usr/bin:/bin")
 
     def test_ours_cudnn_directory_is_for_our_programs_only(self):
         with tempfile.TemporaryDirectory() as tmp:
-            env = self.fake_bundle(tmp)
+            env = dict(self.fake_bundle(tmp), LD_LIBRARY_PATH="/given", PARTS="layers")
             cudnn = os.path.join(tmp, "cudnn919")
             os.makedirs(cudnn)
             open(os.path.join(cudnn, "libcudnn.so.9"), "w").close()
@@ -74,14 +78,14 @@ esac
                                     capture_output=True, text=True, timeout=120)
             self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
             self.assertIn(f"ours on the cuDNN in {cudnn} (OURS_CUDNN={cudnn})", result.stdout)
-            with open(os.path.join(tmp, "conv_layer_bench_ld")) as f:
+            with open(os.path.join(tmp, "ours_ld")) as f:
                 self.assertEqual(f.read().strip(), f"{env['BUNDLE']}/lib:{cudnn}:/given")
             with open(os.path.join(tmp, "torch_ld")) as f:
                 self.assertNotIn(cudnn, f.read())
 
     def test_ours_cudnn_without_a_library_stops_before_running(self):
         with tempfile.TemporaryDirectory() as tmp:
-            env = self.fake_bundle(tmp)
+            env = dict(self.fake_bundle(tmp), PARTS="layers")
             for choice, named in ((os.path.join(tmp, "empty"), "empty"),
                                   ("torch", "PyTorch's nvidia.cudnn package")):
                 os.makedirs(os.path.join(tmp, "empty"), exist_ok=True)
@@ -91,30 +95,12 @@ esac
                 self.assertEqual(result.returncode, 2, result.stdout + result.stderr)
                 self.assertIn(f"OURS_CUDNN={choice}: no libcudnn.so.9", result.stdout)
                 self.assertIn(named, result.stdout)
-                self.assertFalse(os.path.exists(os.path.join(tmp, "conv_layer_bench_ld")))
+                self.assertFalse(os.path.exists(os.path.join(tmp, "ours_ld")))
 
     def test_compares_what_ran_and_reports_what_did_not(self):
         with tempfile.TemporaryDirectory() as tmp:
-            bundle = os.path.join(tmp, "bundle")
-            os.makedirs(os.path.join(bundle, "bin"))
-            os.makedirs(os.path.join(bundle, "lib"))
-            executable(os.path.join(bundle, "bin", "conv_layer_bench"),
-                       f"#!/bin/sh\necho \"$@\" > {tmp}/ours_args\necho 'fake backend' >&2\n"
-                       f"cat <<'EOF'\n{OURS}EOF\n")
-            fake_python = os.path.join(tmp, "python")
-            executable(fake_python, f"""#!/bin/bash
-case "$1" in
-  -c) echo ok ;;
-  scripts/bench_pytorch.py) echo "$@" > {tmp}/torch_args; cat <<'EOF'
-{TORCH}EOF
-  ;;
-  scripts/bench_pytorch_stacks.py) echo "RuntimeError: fake capture failure" >&2; exit 3 ;;
-  *) exec /usr/bin/python3 "$@" ;;
-esac
-""")
-            out = os.path.join(tmp, "out")
-            env = dict(os.environ, BUNDLE=bundle, OUT=out, PYTHON=fake_python,
-                       PATH="/usr/bin:/bin", CALLS_PER_GRAPH="4")
+            env = dict(self.fake_bundle(tmp), CALLS_PER_GRAPH="4")
+            bundle, out = env["BUNDLE"], env["OUT"]
             result = subprocess.run(["bash", "scripts/bench_gpu_time.sh"], cwd=ROOT, env=env,
                                     capture_output=True, text=True, timeout=120)
             text = result.stdout
