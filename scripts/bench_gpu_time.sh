@@ -31,7 +31,6 @@
 # version each side ran.
 set -uo pipefail
 bundle="${BUNDLE:-bundle}"
-out="${OUT:-$(mktemp -d "${TMPDIR:-/tmp}/convserve_bench.XXXXXX")}"
 python="${PYTHON:-python3}"
 selection="${SELECTION:-autotune}"
 samples="${SAMPLES:-15}"
@@ -39,11 +38,6 @@ runs="${RUNS:-20}"
 calls_per_graph="${CALLS_PER_GRAPH:-10}"
 requests="${REQUESTS:-500}"
 parts="${PARTS:-layers stacks}"
-# At most eight files under $out (the CSVs and tables, and the logs packed
-# into one archive at the end), so a harness that returns only a few files
-# returns them all. Each step's stderr is written outside $out, in $logs.
-logs="$(mktemp -d "${TMPDIR:-/tmp}/convserve_bench_logs.XXXXXX")"
-mkdir -p "$out"
 given_ld="${LD_LIBRARY_PATH:-}"
 case "$bundle" in
   /*) bundle_lib="$bundle/lib" ;;
@@ -52,7 +46,8 @@ esac
 export LD_LIBRARY_PATH="$bundle_lib${given_ld:+:$given_ld}"
 bin="$bundle/bin"
 # ours_ld: our programs' LD_LIBRARY_PATH, with OURS_CUDNN's directories
-# after the bundle's lib/ (which holds no cuDNN).
+# after the bundle's lib/ (which holds no cuDNN). Checked before anything is
+# created or timed.
 ours_cudnn="${OURS_CUDNN:-system}"
 ours_ld="$LD_LIBRARY_PATH"
 case "$ours_cudnn" in
@@ -73,19 +68,27 @@ for name in ("nvidia.cudnn", "nvidia.cu13"):
 PY
     )
     cudnn_dirs=$(echo "$cudnn_dirs" | paste -sd: -)
+    where="PyTorch's nvidia.cudnn package, through $python"
     ;;
-  *) cudnn_dirs="$ours_cudnn" ;;
+  /*) cudnn_dirs="$ours_cudnn" where="the directory given" ;;
+  *) cudnn_dirs="$PWD/$ours_cudnn" where="the directory given" ;;
 esac
 if [ "$ours_cudnn" != system ]; then
   found=""
   IFS=: read -ra dirs <<< "$cudnn_dirs"
-  for dir in "${dirs[@]}"; do [ -e "$dir/libcudnn.so.9" ] && found="$dir"; done
+  for dir in ${dirs[@]+"${dirs[@]}"}; do [ -e "$dir/libcudnn.so.9" ] && found="$dir"; done
   if [ -z "$found" ]; then
-    echo "OURS_CUDNN=$ours_cudnn: no libcudnn.so.9 in '${cudnn_dirs}' (for torch: PyTorch's nvidia.cudnn package, through $python)"
+    echo "OURS_CUDNN=$ours_cudnn: no libcudnn.so.9 in '${cudnn_dirs}' ($where); nothing was run" >&2
     exit 2
   fi
   ours_ld="$bundle_lib:$cudnn_dirs${given_ld:+:$given_ld}"
 fi
+# At most eight files under $out (the CSVs and tables, and the logs packed
+# into one archive at the end), so a harness that returns only a few files
+# returns them all. Each step's stderr is written outside $out, in $logs.
+out="${OUT:-$(mktemp -d "${TMPDIR:-/tmp}/convserve_bench.XXXXXX")}"
+logs="$(mktemp -d "${TMPDIR:-/tmp}/convserve_bench_logs.XXXXXX")"
+mkdir -p "$out"
 summary=()
 start_all=$SECONDS
 

@@ -4,8 +4,10 @@ bundle (conv_layer_bench prints a CSV; stack_bench is missing) and a fake
 python that answers for PyTorch (bench_pytorch.py prints a CSV,
 bench_pytorch_stacks.py fails). The driver must compare what it has, report
 the missing binary and the failing step with their reasons, and print the
-short tables last. OURS_CUDNN's directories go to our programs' library
-path only, and a choice without libcudnn.so.9 stops the run. Runs without a
+short tables last. OURS_CUDNN's directories (a directory, or PyTorch's
+wheel's from a fake nvidia.cudnn package) go to our programs' library path
+only, and a choice without libcudnn.so.9 stops the run before anything is
+created. Runs without a
 GPU or PyTorch."""
 import os
 import stat
@@ -44,7 +46,10 @@ class BenchGpuTimeTest(unittest.TestCase):
         """A bundle with a conv_layer_bench (no stack_bench) that records its
         arguments and LD_LIBRARY_PATH and prints a CSV, and a python whose
         bench_pytorch.py does the same and whose bench_pytorch_stacks.py
-        fails; returns the environment for the driver."""
+        fails; anything else runs in the real python without its site
+        packages, on tmp/site only (where a test may put a fake PyTorch
+        nvidia.cudnn package). Returns the environment for the driver."""
+        os.makedirs(os.path.join(tmp, "site"))
         bundle = os.path.join(tmp, "bundle")
         os.makedirs(os.path.join(bundle, "bin"))
         os.makedirs(os.path.join(bundle, "lib"))
@@ -61,11 +66,30 @@ case "$1" in
 {TORCH}EOF
   ;;
   scripts/bench_pytorch_stacks.py) echo "RuntimeError: fake capture failure" >&2; exit 3 ;;
-  *) exec /usr/bin/python3 "$@" ;;
+  *) PYTHONPATH={tmp}/site exec /usr/bin/python3 -S "$@" ;;
 esac
 """)
         return dict(os.environ, BUNDLE=bundle, OUT=os.path.join(tmp, "out"),
                     PYTHON=fake_python, PATH="/usr/bin:/bin")
+
+    def test_ours_cudnn_torch_is_pytorchs_wheel(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            env = dict(self.fake_bundle(tmp), LD_LIBRARY_PATH="/given", PARTS="layers",
+                       OURS_CUDNN="torch")
+            cudnn = os.path.join(tmp, "site", "nvidia", "cudnn", "lib")
+            cu13 = os.path.join(tmp, "site", "nvidia", "cu13", "lib")
+            os.makedirs(cudnn)
+            os.makedirs(cu13)
+            open(os.path.join(cudnn, "libcudnn.so.9"), "w").close()
+            result = subprocess.run(["bash", "scripts/bench_gpu_time.sh"], cwd=ROOT, env=env,
+                                    capture_output=True, text=True, timeout=120)
+            self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
+            self.assertIn(f"ours on the cuDNN in {cudnn}:{cu13} (OURS_CUDNN=torch)",
+                          result.stdout)
+            with open(os.path.join(tmp, "ours_ld")) as f:
+                self.assertEqual(f.read().strip(), f"{env['BUNDLE']}/lib:{cudnn}:{cu13}:/given")
+            with open(os.path.join(tmp, "torch_ld")) as f:
+                self.assertNotIn(cudnn, f.read())
 
     def test_ours_cudnn_directory_is_for_our_programs_only(self):
         with tempfile.TemporaryDirectory() as tmp:
@@ -86,16 +110,18 @@ esac
     def test_ours_cudnn_without_a_library_stops_before_running(self):
         with tempfile.TemporaryDirectory() as tmp:
             env = dict(self.fake_bundle(tmp), PARTS="layers")
-            for choice, named in ((os.path.join(tmp, "empty"), "empty"),
+            for choice, named in ((os.path.join(tmp, "empty"), "the directory given"),
                                   ("torch", "PyTorch's nvidia.cudnn package")):
                 os.makedirs(os.path.join(tmp, "empty"), exist_ok=True)
                 env["OURS_CUDNN"] = choice
                 result = subprocess.run(["bash", "scripts/bench_gpu_time.sh"], cwd=ROOT,
                                         env=env, capture_output=True, text=True, timeout=120)
                 self.assertEqual(result.returncode, 2, result.stdout + result.stderr)
-                self.assertIn(f"OURS_CUDNN={choice}: no libcudnn.so.9", result.stdout)
-                self.assertIn(named, result.stdout)
+                self.assertIn(f"OURS_CUDNN={choice}: no libcudnn.so.9", result.stderr)
+                self.assertIn(named, result.stderr)
+                self.assertIn("nothing was run", result.stderr)
                 self.assertFalse(os.path.exists(os.path.join(tmp, "ours_ld")))
+                self.assertFalse(os.path.exists(env["OUT"]))
 
     def test_compares_what_ran_and_reports_what_did_not(self):
         with tempfile.TemporaryDirectory() as tmp:
