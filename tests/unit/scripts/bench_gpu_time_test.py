@@ -72,40 +72,40 @@ esac
         return dict(os.environ, BUNDLE=bundle, OUT=os.path.join(tmp, "out"),
                     PYTHON=fake_python, PATH="/usr/bin:/bin")
 
+    @staticmethod
+    def run_driver(env):
+        return subprocess.run(["bash", "scripts/bench_gpu_time.sh"], cwd=ROOT, env=env,
+                              capture_output=True, text=True, timeout=120)
+
+    def assert_ours_run_on(self, tmp, choice, dirs):
+        """Runs the driver with OURS_CUDNN=choice over the fake bundle of
+        `tmp` and checks that our program, and not PyTorch's step, had
+        `dirs` on its library path, right after the bundle's lib/."""
+        env = dict(self.fake_bundle(tmp), LD_LIBRARY_PATH="/given", PARTS="layers",
+                   OURS_CUDNN=choice)
+        os.makedirs(dirs[0], exist_ok=True)
+        open(os.path.join(dirs[0], "libcudnn.so.9"), "w").close()
+        for extra in dirs[1:]:
+            os.makedirs(extra, exist_ok=True)
+        result = self.run_driver(env)
+        self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
+        joined = ":".join(dirs)
+        self.assertIn(f"ours on the cuDNN in {joined} (OURS_CUDNN={choice})", result.stdout)
+        with open(os.path.join(tmp, "ours_ld")) as f:
+            self.assertEqual(f.read().strip(), f"{env['BUNDLE']}/lib:{joined}:/given")
+        with open(os.path.join(tmp, "torch_ld")) as f:
+            self.assertNotIn(dirs[0], f.read())
+
     def test_ours_cudnn_torch_is_pytorchs_wheel(self):
         with tempfile.TemporaryDirectory() as tmp:
-            env = dict(self.fake_bundle(tmp), LD_LIBRARY_PATH="/given", PARTS="layers",
-                       OURS_CUDNN="torch")
-            cudnn = os.path.join(tmp, "site", "nvidia", "cudnn", "lib")
-            cu13 = os.path.join(tmp, "site", "nvidia", "cu13", "lib")
-            os.makedirs(cudnn)
-            os.makedirs(cu13)
-            open(os.path.join(cudnn, "libcudnn.so.9"), "w").close()
-            result = subprocess.run(["bash", "scripts/bench_gpu_time.sh"], cwd=ROOT, env=env,
-                                    capture_output=True, text=True, timeout=120)
-            self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
-            self.assertIn(f"ours on the cuDNN in {cudnn}:{cu13} (OURS_CUDNN=torch)",
-                          result.stdout)
-            with open(os.path.join(tmp, "ours_ld")) as f:
-                self.assertEqual(f.read().strip(), f"{env['BUNDLE']}/lib:{cudnn}:{cu13}:/given")
-            with open(os.path.join(tmp, "torch_ld")) as f:
-                self.assertNotIn(cudnn, f.read())
+            self.assert_ours_run_on(tmp, "torch",
+                                    [os.path.join(tmp, "site", "nvidia", "cudnn", "lib"),
+                                     os.path.join(tmp, "site", "nvidia", "cu13", "lib")])
 
     def test_ours_cudnn_directory_is_for_our_programs_only(self):
         with tempfile.TemporaryDirectory() as tmp:
-            env = dict(self.fake_bundle(tmp), LD_LIBRARY_PATH="/given", PARTS="layers")
             cudnn = os.path.join(tmp, "cudnn919")
-            os.makedirs(cudnn)
-            open(os.path.join(cudnn, "libcudnn.so.9"), "w").close()
-            env["OURS_CUDNN"] = cudnn
-            result = subprocess.run(["bash", "scripts/bench_gpu_time.sh"], cwd=ROOT, env=env,
-                                    capture_output=True, text=True, timeout=120)
-            self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
-            self.assertIn(f"ours on the cuDNN in {cudnn} (OURS_CUDNN={cudnn})", result.stdout)
-            with open(os.path.join(tmp, "ours_ld")) as f:
-                self.assertEqual(f.read().strip(), f"{env['BUNDLE']}/lib:{cudnn}:/given")
-            with open(os.path.join(tmp, "torch_ld")) as f:
-                self.assertNotIn(cudnn, f.read())
+            self.assert_ours_run_on(tmp, cudnn, [cudnn])
 
     def test_ours_cudnn_without_a_library_stops_before_running(self):
         with tempfile.TemporaryDirectory() as tmp:
@@ -114,8 +114,7 @@ esac
                                   ("torch", "PyTorch's nvidia.cudnn package")):
                 os.makedirs(os.path.join(tmp, "empty"), exist_ok=True)
                 env["OURS_CUDNN"] = choice
-                result = subprocess.run(["bash", "scripts/bench_gpu_time.sh"], cwd=ROOT,
-                                        env=env, capture_output=True, text=True, timeout=120)
+                result = self.run_driver(env)
                 self.assertEqual(result.returncode, 2, result.stdout + result.stderr)
                 self.assertIn(f"OURS_CUDNN={choice}: no libcudnn.so.9", result.stderr)
                 self.assertIn(named, result.stderr)
@@ -127,8 +126,7 @@ esac
         with tempfile.TemporaryDirectory() as tmp:
             env = dict(self.fake_bundle(tmp), CALLS_PER_GRAPH="4")
             bundle, out = env["BUNDLE"], env["OUT"]
-            result = subprocess.run(["bash", "scripts/bench_gpu_time.sh"], cwd=ROOT, env=env,
-                                    capture_output=True, text=True, timeout=120)
+            result = self.run_driver(env)
             text = result.stdout
             self.assertEqual(result.returncode, 0, result.stderr)
             self.assertIn("conv_layer_bench: ok, 2 rows", text)
