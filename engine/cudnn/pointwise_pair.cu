@@ -2,28 +2,39 @@
 // biases in shared memory for its life and loops over 128-pixel tiles,
 // copying the next tile's input in (cp.async) while it computes this one.
 // Each of its 8 warps owns 16 pixel rows of the tile. For each 32-channel
-// chunk of C1, the warp's mma.sync (m16n8k16, float32 accumulation) computes
-// the first conv; its accumulators, plus bias, activated in float32 and
-// rounded to the dtype, are laid out exactly as the A operand of the second
-// conv's MMAs, so the chunk goes from registers to the second conv's float32
-// accumulators without touching memory. A plain (or clipped) ReLU runs as
-// min/max in a copy of the loop of its own; other activations are switched
+// chunk of C1, the first conv (float32 accumulation) gives accumulators
+// that, plus bias, activated in float32 and rounded to the dtype, are laid
+// out exactly as the A operand of the second conv's MMAs, so the chunk goes
+// from registers to the second conv's float32 accumulators without touching
+// memory. A plain (or clipped) ReLU runs on the rounded pairs (packed
+// min/max) in a copy of the loop of its own; other activations are switched
 // on once per chunk, not per element (per element, the kernel was six times
 // slower on an H100: the switch out-issued the MMAs). When the output rows
 // are no wider than the input rows (C2 <= C0), a warp stages its output in
 // its own input rows' shared memory and stores whole 128-byte lines.
 //
-// 8 warps of 16 rows, not 4 of 32: at 190 registers a thread, 4-warp
-// blocks left 8 warps on an SM, and ncu (H200) found no eligible warp 65%
-// of the time; 16-row warps need 124 registers, so two blocks hold 16 warps
-// an SM. The ResNet-50 stack at batch 32 took 178.1 us against 180.9
-// (docs/cudnn.md, "Fused 1x1 pairs").
+// The MMAs: compiled for sm_90a (H100, H200), each group of 4 warps is a
+// warpgroup that runs both convs as wgmma with A from registers (its input
+// fragments, then the chunk's rounded activations) and the weights read
+// from shared memory by the tensor cores (wgmma.cuh); elsewhere (sm_80 and
+// the compute_90 PTX newer GPUs JIT) each warp runs mma.sync m16n8k16 with
+// B fragments loaded by ldmatrix. On an H200 the pair (64->256->64 @ 56,
+// N=32) took 20.7 us with wgmma against 29.2 with mma.sync, in the
+// device pool's race, and the ResNet-50 stack at batch 32 162.0 us against
+// 178.6 (docs/cudnn.md, "Fused 1x1 pairs"): mma.sync issued 9 million
+// instructions a call, with B fragments reloaded by every warp.
+//
+// 8 warps of 16 rows, not 4 of 32: at 190 registers a thread (mma.sync),
+// 4-warp blocks left 8 warps on an SM, and ncu (H200) found no eligible
+// warp 65% of the time; 16-row warps need 121-127 registers, so two blocks
+// hold 16 warps an SM.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "engine/activation.h"
 #include "engine/cudnn/cudnn_status.h"
@@ -31,6 +42,7 @@
 #include "engine/cudnn/pointwise_pair.h"
 #include "engine/cudnn/pointwise_pair_kernel.h"
 #include "engine/cudnn/tensor_core.cuh"
+#include "engine/cudnn/wgmma.cuh"
 #include "engine/status_macros.h"
 
 namespace convserve {
@@ -47,16 +59,43 @@ constexpr int kPad = static_cast<int>(kPointwisePairPad);
 static_assert(kTile == kWarps * kRowsPerWarp, "a tile is one row block per warp");
 static_assert(kChunk == 32, "the epilogue of a chunk fills two k16 A fragments");
 
+// Two sums (bias added), activated and rounded to T as one register: for
+// any activation, each activated in float, then rounded.
+template <typename T, typename Activate>
+struct PackActivated {
+  Activate activate;
+  __device__ unsigned operator()(float lo, float hi) const {
+    return Pack<T>(activate(lo), activate(hi));
+  }
+};
+// For a (clipped) ReLU, rounded first and then clipped as a pair, two
+// instructions for two elements where float min/max took four; the same
+// values (rounding is monotonic, and 0 and the rounded clip are
+// representable).
+template <typename T>
+struct PackRelu {
+  unsigned clip;  // the clip, rounded to T, in both halves
+  __device__ unsigned operator()(float lo, float hi) const {
+    unsigned v = Pack<T>(lo, hi);
+    if constexpr (std::is_same_v<T, __half>) {
+      asm("max.f16x2 %0, %0, %1;\nmin.f16x2 %0, %0, %2;\n" : "+r"(v) : "r"(0u), "r"(clip));
+    } else {
+      asm("max.bf16x2 %0, %0, %1;\nmin.bf16x2 %0, %0, %2;\n" : "+r"(v) : "r"(0u), "r"(clip));
+    }
+    return v;
+  }
+};
+
 // The first conv's epilogue for one 32-channel chunk starting at `chunk`:
 // accumulators (kM row blocks of 16 x 4 column blocks of 8) plus bias,
-// activated (`activate`) and rounded, into the A fragments of the second
+// activated and rounded (`pack`), into the A fragments of the second
 // conv (kM row blocks x 2 k16 steps). In m16n8k16, thread (g, t) holds C
 // elements (g, 2t), (g, 2t+1), (g+8, 2t), (g+8, 2t+1) of an n8 block, and A
 // registers (g, 2t..2t+1), (g+8, 2t..), (g, 2t+8..), (g+8, 2t+8..) of a k16
 // step: two adjacent n8 blocks are one k16 step's A.
-template <typename T, typename Activate>
+template <typename Packer>
 __device__ inline void HiddenChunk(const float (&acc)[kM][4][4], const float* bias, int chunk, int t,
-                                   const Activate& activate, unsigned (&a)[kM][2][4]) {
+                                   const Packer& pack, unsigned (&a)[kM][2][4]) {
 #pragma unroll
   for (int k = 0; k < 2; ++k) {
     const int lo = chunk + 16 * k + 2 * t, hi = lo + 8;
@@ -65,10 +104,10 @@ __device__ inline void HiddenChunk(const float (&acc)[kM][4][4], const float* bi
     for (int m = 0; m < kM; ++m) {
       const float(&left)[4] = acc[m][2 * k];
       const float(&right)[4] = acc[m][2 * k + 1];
-      a[m][k][0] = Pack<T>(activate(left[0] + b_lo0), activate(left[1] + b_lo1));
-      a[m][k][1] = Pack<T>(activate(left[2] + b_lo0), activate(left[3] + b_lo1));
-      a[m][k][2] = Pack<T>(activate(right[0] + b_hi0), activate(right[1] + b_hi1));
-      a[m][k][3] = Pack<T>(activate(right[2] + b_hi0), activate(right[3] + b_hi1));
+      a[m][k][0] = pack(left[0] + b_lo0, left[1] + b_lo1);
+      a[m][k][1] = pack(left[2] + b_lo0, left[3] + b_lo1);
+      a[m][k][2] = pack(right[0] + b_hi0, right[1] + b_hi1);
+      a[m][k][3] = pack(right[2] + b_hi0, right[3] + b_hi1);
     }
   }
 }
@@ -84,59 +123,129 @@ struct HiddenEpilogue {
 
   template <ActivationKind K>
   __device__ void Run() const {
-    HiddenChunk<T>(acc, bias, chunk, t, KindActivation<K>{activation}, a);
+    HiddenChunk(acc, bias, chunk, t, PackActivated<T, KindActivation<K>>{{activation}}, a);
   }
 };
 
+// Whether the convs run as warpgroup MMAs (sm_90a code) or mma.sync.
+constexpr bool kWarpgroupPair = CONVSERVE_WGMMA;
+
+// Where element k of row `row` of a weight matrix with `rows` rows sits in
+// shared memory for wgmma: in slices of 32 elements of the reduction
+// (64 bytes), each slice `rows` rows of 64 bytes whose 16-byte segments
+// are XOR-swizzled as WgmmaDescriptor64B reads them.
+__device__ inline int SwizzledWeight(int rows, int row, int k) {
+  return (k / 32) * rows * 32 + row * 32 + (((k % 32) / 8) ^ ((row >> 1) & 3)) * 8 + k % 8;
+}
+
 // Both convs for the warp's rows of a tile (`x`: their A fragments),
 // into the second conv's accumulators; `hidden(acc0, a, chunk)` is the
-// first conv's epilogue for each chunk.
+// first conv's epilogue for each chunk. With mma.sync each warp reads the
+// weights' B fragments with ldmatrix (w0 [C1][C0 + pad], w1 [C2][C1 +
+// pad]). With wgmma the warpgroup (64 rows) multiplies its A fragments,
+// from registers, by the weights in shared memory, swizzled
+// (SwizzledWeight), one instruction per k16 step, asynchronously: see the
+// steps below.
 template <typename T, int kC0, int kC2, typename Hidden>
 __device__ inline void TileConvs(const unsigned (&x)[kM][kC0 / 16][4], const T* shared_w0,
                                  const T* shared_w1, int c1, int b_row, int b_column,
                                  const Hidden& hidden, float (&acc1)[kM][kC2 / 8][4]) {
   constexpr int kRow0 = kC0 + kPad, kSteps0 = kC0 / 16, kBlocks2 = kC2 / 8;
-  const int row1 = c1 + kPad;
+  if constexpr (kWarpgroupPair) {
+    static_assert(kM == 1, "a warp holds 16 rows of its warpgroup's 64");
+    WgmmaFenceOperands(acc1[0]);  // its zeros written before the first batch
+    // The first conv of `chunk` into `acc` (d = A B: no zeros to write).
+    const auto first_conv = [&](int chunk, float(&acc)[kM][4][4]) {
+      WgmmaFence();
+#pragma unroll
+      for (int k = 0; k < kSteps0; ++k) {
+        WgmmaRegisterA<T, kChunk>(
+            acc[0], x[0][k],
+            WgmmaDescriptor64B(shared_w0 + SwizzledWeight(c1, chunk, 32 * (k / 2))) + 2 * (k % 2),
+            k > 0);
+      }
+      WgmmaCommit();
+    };
+    // The chunk's epilogue into `a`, then its part of the second conv.
+    const auto second_conv = [&](int chunk, const float(&acc)[kM][4][4], unsigned(&a)[kM][2][4]) {
+      hidden(acc, a, chunk);
+      WgmmaFence();
+      const uint64_t w1_slice = WgmmaDescriptor64B(shared_w1 + SwizzledWeight(kC2, 0, chunk));
+#pragma unroll
+      for (int k = 0; k < 2; ++k) WgmmaRegisterA<T, kC2>(acc1[0], a[0][k], w1_slice + 2 * k);
+      WgmmaCommit();
+    };
+    // Two chunks a step, their first convs into two sets of accumulators,
+    // both issued at once: the tensor cores run the second chunk's first
+    // conv during the first chunk's epilogue. (The A fragments `a` are one
+    // set: the second epilogue waits for the first chunk's second conv.)
+    // Nothing is in flight from one step to the next: ptxas serializes
+    // every wgmma of a loop whose in-flight accumulators cross its back
+    // edge. Steps of 8 chunks, straight-line code, were no faster (H200).
+    int chunk = 0;
 #pragma unroll 1
-  for (int chunk = 0; chunk < c1; chunk += kChunk) {
-    float acc0[kM][4][4] = {};
+    for (; chunk + 2 * kChunk <= c1; chunk += 2 * kChunk) {
+      float acc0[2][kM][4][4];
+      unsigned a[kM][2][4];
+      first_conv(chunk, acc0[0]);
+      first_conv(chunk + kChunk, acc0[1]);
+      WgmmaWait<1>(acc0[0][0]);
+      second_conv(chunk, acc0[0], a);
+      WgmmaWait<0>(acc0[1][0]);
+      second_conv(chunk + kChunk, acc0[1], a);
+      WgmmaWait<0>(acc1[0]);
+    }
+    if (chunk < c1) {  // an odd chunk count: the last alone
+      float acc0[kM][4][4];
+      unsigned a[kM][2][4];
+      first_conv(chunk, acc0);
+      WgmmaWait<0>(acc0[0]);
+      second_conv(chunk, acc0, a);
+      WgmmaWait<0>(acc1[0]);
+    }
+  } else {
+    const int row1 = c1 + kPad;
+#pragma unroll 1
+    for (int chunk = 0; chunk < c1; chunk += kChunk) {
+      float acc0[kM][4][4] = {};
 #pragma unroll
-    for (int k = 0; k < kSteps0; ++k) {
+      for (int k = 0; k < kSteps0; ++k) {
 #pragma unroll
-      for (int n = 0; n < 4; n += 2) {
-        unsigned b[4];
-        LdMatrixX4(b, shared_w0 + (chunk + n * 8 + b_row) * kRow0 + k * 16 + b_column);
+        for (int n = 0; n < 4; n += 2) {
+          unsigned b[4];
+          LdMatrixX4(b, shared_w0 + (chunk + n * 8 + b_row) * kRow0 + k * 16 + b_column);
 #pragma unroll
-        for (int m = 0; m < kM; ++m) {
-          Mma<T>(acc0[m][n], x[m][k], b[0], b[1]);
-          Mma<T>(acc0[m][n + 1], x[m][k], b[2], b[3]);
+          for (int m = 0; m < kM; ++m) {
+            Mma<T>(acc0[m][n], x[m][k], b[0], b[1]);
+            Mma<T>(acc0[m][n + 1], x[m][k], b[2], b[3]);
+          }
         }
       }
-    }
-    unsigned a[kM][2][4];
-    hidden(acc0, a, chunk);
+      unsigned a[kM][2][4];
+      hidden(acc0, a, chunk);
 #pragma unroll
-    for (int k = 0; k < 2; ++k) {
+      for (int k = 0; k < 2; ++k) {
 #pragma unroll
-      for (int n = 0; n < kBlocks2; n += 2) {
-        unsigned b[4];
-        LdMatrixX4(b, shared_w1 + (n * 8 + b_row) * row1 + chunk + k * 16 + b_column);
+        for (int n = 0; n < kBlocks2; n += 2) {
+          unsigned b[4];
+          LdMatrixX4(b, shared_w1 + (n * 8 + b_row) * row1 + chunk + k * 16 + b_column);
 #pragma unroll
-        for (int m = 0; m < kM; ++m) {
-          Mma<T>(acc1[m][n], a[m][k], b[0], b[1]);
-          Mma<T>(acc1[m][n + 1], a[m][k], b[2], b[3]);
+          for (int m = 0; m < kM; ++m) {
+            Mma<T>(acc1[m][n], a[m][k], b[0], b[1]);
+            Mma<T>(acc1[m][n + 1], a[m][k], b[2], b[3]);
+          }
         }
       }
     }
   }
 }
 
-// The second conv's epilogue for the warp's rows: plus bias, activated
-// (`activate`) and rounded, into rows of `pitch` elements from `out` (rows
+// The second conv's epilogue for the warp's rows: plus bias, activated and
+// rounded (`pack`), into rows of `pitch` elements from `out` (rows
 // from `valid_rows` on, past the last pixel, are not written).
-template <typename T, int kC2, typename Activate>
+template <typename T, int kC2, typename Packer>
 __device__ inline void OutputRows(const float (&acc)[kM][kC2 / 8][4], const float* bias,
-                                  const Activate& activate, T* out, int pitch, int64_t valid_rows,
+                                  const Packer& pack, T* out, int pitch, int64_t valid_rows,
                                   int g, int t) {
 #pragma unroll
   for (int m = 0; m < kM; ++m) {
@@ -147,11 +256,11 @@ __device__ inline void OutputRows(const float (&acc)[kM][kC2 / 8][4], const floa
       const float b0 = bias[column], b1 = bias[column + 1];
       if (row < valid_rows) {
         *reinterpret_cast<unsigned*>(out + row * pitch + column) =
-            Pack<T>(activate(acc[m][n][0] + b0), activate(acc[m][n][1] + b1));
+            pack(acc[m][n][0] + b0, acc[m][n][1] + b1);
       }
       if (row + 8 < valid_rows) {
         *reinterpret_cast<unsigned*>(out + (row + 8) * pitch + column) =
-            Pack<T>(activate(acc[m][n][2] + b0), activate(acc[m][n][3] + b1));
+            pack(acc[m][n][2] + b0, acc[m][n][3] + b1);
       }
     }
   }
@@ -170,7 +279,8 @@ struct OutputEpilogue {
 
   template <ActivationKind K>
   __device__ void Run() const {
-    OutputRows<T, kC2>(acc, bias, KindActivation<K>{activation}, out, pitch, valid_rows, g, t);
+    OutputRows<T, kC2>(acc, bias, PackActivated<T, KindActivation<K>>{{activation}}, out, pitch,
+                       valid_rows, g, t);
   }
 };
 
@@ -212,7 +322,9 @@ __global__ void __launch_bounds__(kThreads, 2)
   const bool relu1 =
       activation1.kind == ActivationKind::kRelu && activation1.negative_slope == 0.f;
   const float clip1 = activation1.has_upper_clip ? activation1.upper_clip : INFINITY;
-  extern __shared__ __align__(16) unsigned char shared[];
+  // 1024: the weights (first) start on the 512-byte boundary wgmma's
+  // swizzle repeats at; both matrices' padded sizes are multiples of 512.
+  extern __shared__ __align__(1024) unsigned char shared[];
   T* const shared_w0 = reinterpret_cast<T*>(shared);
   T* const shared_w1 = shared_w0 + c1 * kRow0;
   T* const shared_x = shared_w1 + kC2 * row1;
@@ -232,12 +344,14 @@ __global__ void __launch_bounds__(kThreads, 2)
   };
   for (int v = thread; v < c1 * kVectors0; v += kThreads) {
     const int r = v / kVectors0, c = (v % kVectors0) * 8;
-    CopyAsync16(shared_w0 + r * kRow0 + c, w0 + r * kC0 + c, true);
+    CopyAsync16(shared_w0 + (kWarpgroupPair ? SwizzledWeight(c1, r, c) : r * kRow0 + c),
+                w0 + r * kC0 + c, true);
   }
   const int vectors1 = c1 / 8;
   for (int v = thread; v < kC2 * vectors1; v += kThreads) {
     const int r = v / vectors1, c = (v % vectors1) * 8;
-    CopyAsync16(shared_w1 + r * row1 + c, w1 + r * c1 + c, true);
+    CopyAsync16(shared_w1 + (kWarpgroupPair ? SwizzledWeight(kC2, r, c) : r * row1 + c),
+                w1 + r * c1 + c, true);
   }
   for (int i = thread; i < c1; i += kThreads) {
     shared_bias0[i] = bias0 != nullptr ? ToFloat(bias0[i]) : 0.f;
@@ -249,6 +363,9 @@ __global__ void __launch_bounds__(kThreads, 2)
   if (tile < tiles) load_tile(tile, 0);
   CopyAsyncCommit();
   CopyAsyncWait<0>();
+  // wgmma reads the weights through the async proxy: this thread's copies
+  // made visible to it before the barrier.
+  if constexpr (kWarpgroupPair) FenceProxyAsyncShared();
   __syncthreads();
 
   // Fragment coordinates: C and A rows g (and g + 8), columns 2t; the rows
@@ -275,7 +392,7 @@ __global__ void __launch_bounds__(kThreads, 2)
       TileConvs<T, kC0, kC2>(
           x_fragments, shared_w0, shared_w1, c1, b_row, b_column,
           [&](const float(&acc0)[kM][4][4], unsigned(&a)[kM][2][4], int chunk) {
-            HiddenChunk<T>(acc0, shared_bias0, chunk, t, ClippedRelu{clip0}, a);
+            HiddenChunk(acc0, shared_bias0, chunk, t, PackRelu<T>{Pack<T>(clip0, clip0)}, a);
           },
           acc1);
     } else {
@@ -296,7 +413,8 @@ __global__ void __launch_bounds__(kThreads, 2)
     const int pitch = kStaged ? kRow0 : kC2;
     if constexpr (kStaged) __syncwarp();  // the warp's ldmatrix reads of them are done
     if (relu1) {
-      OutputRows<T, kC2>(acc1, shared_bias1, ClippedRelu{clip1}, out, pitch, valid_rows, g, t);
+      OutputRows<T, kC2>(acc1, shared_bias1, PackRelu<T>{Pack<T>(clip1, clip1)}, out, pitch,
+                         valid_rows, g, t);
     } else {
       WithKind(activation1, OutputEpilogue<T, kC2>{acc1, shared_bias1, activation1, out, pitch,
                                                    valid_rows, g, t});

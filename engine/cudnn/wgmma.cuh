@@ -50,17 +50,25 @@ __device__ inline void WgmmaFence() { asm volatile("wgmma.fence.sync.aligned;\n"
 __device__ inline void WgmmaCommit() {
   asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
 }
+// Pins the accumulators `d` in place for the compiler: ordinary writes to
+// them (zeros) stay before this point and reads after it, so none lands
+// between a WgmmaFence and the wgmma that follows it (ptxas would then make
+// the warpgroup wait there).
+template <int kBlocks>
+__device__ inline void WgmmaFenceOperands(float (&d)[kBlocks][4]) {
+#pragma unroll
+  for (int f = 0; f < kBlocks; ++f) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(d[f][e])::"memory");
+  }
+}
 // Waits until at most kPending of the warpgroup's committed batches are in
 // flight; then the accumulators `d` of the finished ones may be read, and
 // their shared memory overwritten.
 template <int kPending, int kBlocks>
 __device__ inline void WgmmaWait(float (&d)[kBlocks][4]) {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
-#pragma unroll
-  for (int f = 0; f < kBlocks; ++f) {
-#pragma unroll
-    for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(d[f][e])::"memory");
-  }
+  WgmmaFenceOperands(d);
 }
 
 // d += A * B^T over 32 bytes (16 elements) of the reduction, m64nNk16, for
@@ -69,64 +77,104 @@ __device__ inline void WgmmaWait(float (&d)[kBlocks][4]) {
 // descriptors; both operands K-major.
 template <typename T, int N>
 __device__ inline void Wgmma(float (&d)[N / 8][4], uint64_t a, uint64_t b);
+// The same with A from registers (`a`: this thread's m64k16 fragment, laid
+// out as mma.sync m16n8k16's A for its warp's 16 rows, which is also how
+// the accumulators of two adjacent n8 blocks lie once packed in pairs).
+// `a` must stay unchanged until the batch is waited for.
+// With `accumulate` false, d = A * B (whatever d held).
+template <typename T, int N>
+__device__ inline void WgmmaRegisterA(float (&d)[N / 8][4], const unsigned (&a)[4], uint64_t b,
+                                      bool accumulate = true);
 
 #if CONVSERVE_WGMMA
+// The accumulator operands of an m64n32 (4 n8 blocks) and an m64n64 (8)
+// wgmma, in d[f][e] order; the instruction's next operands follow them.
+#define CONVSERVE_WGMMA_D4                                                                      \
+  "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]),     \
+      "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), \
+      "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3])
+#define CONVSERVE_WGMMA_D8                                                                      \
+  CONVSERVE_WGMMA_D4, "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), \
+      "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]),  \
+      "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+#define CONVSERVE_WGMMA_REGS4 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}"
+#define CONVSERVE_WGMMA_REGS8                                                                 \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, " \
+  "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
+
 template <>
 __device__ inline void Wgmma<__half, 32>(float (&d)[4][4], uint64_t a, uint64_t b) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
-      "%16, %17, p, 1, 1, 0, 0;\n}\n"
-      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]),
-        "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
-        "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3])
-      : "l"(a), "l"(b), "r"(1));
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 " CONVSERVE_WGMMA_REGS4
+               ", %16, %17, p, 1, 1, 0, 0;\n}\n"
+               : CONVSERVE_WGMMA_D4
+               : "l"(a), "l"(b), "r"(1));
 }
 template <>
 __device__ inline void Wgmma<__half, 64>(float (&d)[8][4], uint64_t a, uint64_t b) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "
-      "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
-      "%32, %33, p, 1, 1, 0, 0;\n}\n"
-      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]),
-        "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
-        "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]),
-        "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
-        "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]),
-        "+f"(d[7][2]), "+f"(d[7][3])
-      : "l"(a), "l"(b), "r"(1));
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 " CONVSERVE_WGMMA_REGS8
+               ", %32, %33, p, 1, 1, 0, 0;\n}\n"
+               : CONVSERVE_WGMMA_D8
+               : "l"(a), "l"(b), "r"(1));
 }
 template <>
 __device__ inline void Wgmma<__nv_bfloat16, 32>(float (&d)[4][4], uint64_t a, uint64_t b) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
-      "%16, %17, p, 1, 1, 0, 0;\n}\n"
-      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]),
-        "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
-        "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3])
-      : "l"(a), "l"(b), "r"(1));
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 " CONVSERVE_WGMMA_REGS4
+               ", %16, %17, p, 1, 1, 0, 0;\n}\n"
+               : CONVSERVE_WGMMA_D4
+               : "l"(a), "l"(b), "r"(1));
 }
 template <>
 __device__ inline void Wgmma<__nv_bfloat16, 64>(float (&d)[8][4], uint64_t a, uint64_t b) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "
-      "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
-      "%32, %33, p, 1, 1, 0, 0;\n}\n"
-      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]),
-        "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
-        "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]),
-        "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
-        "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]),
-        "+f"(d[7][2]), "+f"(d[7][3])
-      : "l"(a), "l"(b), "r"(1));
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " CONVSERVE_WGMMA_REGS8
+               ", %32, %33, p, 1, 1, 0, 0;\n}\n"
+               : CONVSERVE_WGMMA_D8
+               : "l"(a), "l"(b), "r"(1));
 }
+
+template <>
+__device__ inline void WgmmaRegisterA<__half, 32>(float (&d)[4][4], const unsigned (&a)[4],
+                                                  uint64_t b, bool accumulate) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 " CONVSERVE_WGMMA_REGS4
+               ", {%16, %17, %18, %19}, %20, p, 1, 1, 0;\n}\n"
+               : CONVSERVE_WGMMA_D4
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate ? 1 : 0));
+}
+template <>
+__device__ inline void WgmmaRegisterA<__half, 64>(float (&d)[8][4], const unsigned (&a)[4],
+                                                  uint64_t b, bool accumulate) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 " CONVSERVE_WGMMA_REGS8
+               ", {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
+               : CONVSERVE_WGMMA_D8
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate ? 1 : 0));
+}
+template <>
+__device__ inline void WgmmaRegisterA<__nv_bfloat16, 32>(float (&d)[4][4], const unsigned (&a)[4],
+                                                         uint64_t b, bool accumulate) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 " CONVSERVE_WGMMA_REGS4
+               ", {%16, %17, %18, %19}, %20, p, 1, 1, 0;\n}\n"
+               : CONVSERVE_WGMMA_D4
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate ? 1 : 0));
+}
+template <>
+__device__ inline void WgmmaRegisterA<__nv_bfloat16, 64>(float (&d)[8][4], const unsigned (&a)[4],
+                                                         uint64_t b, bool accumulate) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " CONVSERVE_WGMMA_REGS8
+               ", {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
+               : CONVSERVE_WGMMA_D8
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate ? 1 : 0));
+}
+#undef CONVSERVE_WGMMA_D4
+#undef CONVSERVE_WGMMA_D8
+#undef CONVSERVE_WGMMA_REGS4
+#undef CONVSERVE_WGMMA_REGS8
 #endif  // CONVSERVE_WGMMA
 
 }  // namespace convserve
