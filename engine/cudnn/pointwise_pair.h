@@ -27,7 +27,8 @@ namespace convserve {
 inline constexpr int64_t kPointwisePairTile = 128;
 inline constexpr int64_t kPointwisePairChunk = 32;
 // Elements of padding after each row of a matrix in shared memory (rows
-// 16 bytes apart from the bank pattern of the one before).
+// 16 bytes apart from the bank pattern of the one before). The wgmma path
+// (sm_90a) swizzles the weights instead and leaves their padding unused.
 inline constexpr int64_t kPointwisePairPad = 8;
 // The outer channel counts (C0 in, C2 out) the kernel is built for: 32 or
 // 64 (each further count is 4 more kernels to compile, per dtype).

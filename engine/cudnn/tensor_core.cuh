@@ -139,15 +139,6 @@ __device__ inline void WithKind(const Activation& activation, const Epilogue& ep
   }
 }
 
-// A plain ReLU, clipped at `clip` (infinity: not clipped), as two min/max:
-// the first conv's activation in ResNets. The general form (Activate<kRelu>)
-// took about five more instructions per element, which made the kernel
-// issue 1.7 times the instructions of one written for ReLU alone (ncu).
-struct ClippedRelu {
-  float clip;
-  __device__ float operator()(float x) const { return fminf(fmaxf(x, 0.f), clip); }
-};
-
 template <ActivationKind K>
 struct KindActivation {
   const Activation& activation;

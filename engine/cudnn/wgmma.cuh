@@ -1,6 +1,7 @@
-// Warpgroup MMAs (wgmma, sm_90a) for the direct path's implicit GEMM: a
-// warpgroup (4 warps, 128 threads) multiplies 64 rows of A by N rows of B,
-// both read from shared memory through descriptors, and adds into float32
+// Warpgroup MMAs (wgmma, sm_90a) for the direct path's implicit GEMM and
+// the pointwise pair kernel: a warpgroup (4 warps, 128 threads) multiplies
+// 64 rows of A by N rows of B, B read from shared memory through a
+// descriptor and A from one too or from registers, and adds into float32
 // accumulators held in the same places mma.sync m16n8 leaves them: warp w's
 // thread (g, t) holds rows 16w + g and 16w + g + 8 at columns 8f + 2t and
 // 8f + 2t + 1 of n8 block f, as d[f][0..1] and d[f][2..3].
