@@ -103,75 +103,46 @@ __device__ inline void WgmmaRegisterA(float (&d)[N / 8][4], const unsigned (&a)[
   "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, " \
   "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
 
-template <>
-__device__ inline void Wgmma<__half, 32>(float (&d)[4][4], uint64_t a, uint64_t b) {
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
-               "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 " CONVSERVE_WGMMA_REGS4
-               ", %16, %17, p, 1, 1, 0, 0;\n}\n"
-               : CONVSERVE_WGMMA_D4
-               : "l"(a), "l"(b), "r"(1));
-}
-template <>
-__device__ inline void Wgmma<__half, 64>(float (&d)[8][4], uint64_t a, uint64_t b) {
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-               "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 " CONVSERVE_WGMMA_REGS8
-               ", %32, %33, p, 1, 1, 0, 0;\n}\n"
-               : CONVSERVE_WGMMA_D8
-               : "l"(a), "l"(b), "r"(1));
-}
-template <>
-__device__ inline void Wgmma<__nv_bfloat16, 32>(float (&d)[4][4], uint64_t a, uint64_t b) {
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
-               "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 " CONVSERVE_WGMMA_REGS4
-               ", %16, %17, p, 1, 1, 0, 0;\n}\n"
-               : CONVSERVE_WGMMA_D4
-               : "l"(a), "l"(b), "r"(1));
-}
-template <>
-__device__ inline void Wgmma<__nv_bfloat16, 64>(float (&d)[8][4], uint64_t a, uint64_t b) {
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-               "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " CONVSERVE_WGMMA_REGS8
-               ", %32, %33, p, 1, 1, 0, 0;\n}\n"
-               : CONVSERVE_WGMMA_D8
-               : "l"(a), "l"(b), "r"(1));
-}
-
-template <>
-__device__ inline void WgmmaRegisterA<__half, 32>(float (&d)[4][4], const unsigned (&a)[4],
-                                                  uint64_t b, bool accumulate) {
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
-               "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 " CONVSERVE_WGMMA_REGS4
-               ", {%16, %17, %18, %19}, %20, p, 1, 1, 0;\n}\n"
-               : CONVSERVE_WGMMA_D4
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate ? 1 : 0));
-}
-template <>
-__device__ inline void WgmmaRegisterA<__half, 64>(float (&d)[8][4], const unsigned (&a)[4],
-                                                  uint64_t b, bool accumulate) {
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-               "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 " CONVSERVE_WGMMA_REGS8
-               ", {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
-               : CONVSERVE_WGMMA_D8
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate ? 1 : 0));
-}
-template <>
-__device__ inline void WgmmaRegisterA<__nv_bfloat16, 32>(float (&d)[4][4], const unsigned (&a)[4],
-                                                         uint64_t b, bool accumulate) {
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
-               "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 " CONVSERVE_WGMMA_REGS4
-               ", {%16, %17, %18, %19}, %20, p, 1, 1, 0;\n}\n"
-               : CONVSERVE_WGMMA_D4
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate ? 1 : 0));
-}
-template <>
-__device__ inline void WgmmaRegisterA<__nv_bfloat16, 64>(float (&d)[8][4], const unsigned (&a)[4],
-                                                         uint64_t b, bool accumulate) {
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-               "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " CONVSERVE_WGMMA_REGS8
-               ", {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
-               : CONVSERVE_WGMMA_D8
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate ? 1 : 0));
-}
+// One specialization per dtype (T, PTX type kType) and N (the accumulator
+// operands kD and their list kRegs), with the numbers of the operands that
+// follow them: A as a descriptor (kA, Wgmma) or 4 registers (kA0-kA3,
+// WgmmaRegisterA), B's descriptor (kB), and the value (kOne) that sets the
+// scale-d predicate: accumulate into d, or not.
+#define CONVSERVE_WGMMA_DESCRIPTORS(T, kType, kN, kD, kRegs, kA, kB, kOne)                \
+  template <>                                                                             \
+  __device__ inline void Wgmma<T, kN>(float(&d)[kN / 8][4], uint64_t a, uint64_t b) {     \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #kOne ", 0;\n"                       \
+                 "wgmma.mma_async.sync.aligned.m64n" #kN "k16.f32." kType "." kType " " kRegs \
+                 ", %" #kA ", %" #kB ", p, 1, 1, 0, 0;\n}\n"                                 \
+                 : kD                                                                     \
+                 : "l"(a), "l"(b), "r"(1));                                               \
+  }
+#define CONVSERVE_WGMMA_REGISTER_A(T, kType, kN, kD, kRegs, kA0, kA1, kA2, kA3, kB, kOne)       \
+  template <>                                                                                 \
+  __device__ inline void WgmmaRegisterA<T, kN>(float(&d)[kN / 8][4], const unsigned(&a)[4],   \
+                                               uint64_t b, bool accumulate) {                 \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #kOne ", 0;\n"                           \
+                 "wgmma.mma_async.sync.aligned.m64n" #kN "k16.f32." kType "." kType " " kRegs     \
+                 ", {%" #kA0 ", %" #kA1 ", %" #kA2 ", %" #kA3 "}, %" #kB ", p, 1, 1, 0;\n}\n"       \
+                 : kD                                                                         \
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate ? 1 : 0)); \
+  }
+CONVSERVE_WGMMA_DESCRIPTORS(__half, "f16", 32, CONVSERVE_WGMMA_D4, CONVSERVE_WGMMA_REGS4, 16, 17, 18)
+CONVSERVE_WGMMA_DESCRIPTORS(__half, "f16", 64, CONVSERVE_WGMMA_D8, CONVSERVE_WGMMA_REGS8, 32, 33, 34)
+CONVSERVE_WGMMA_DESCRIPTORS(__nv_bfloat16, "bf16", 32, CONVSERVE_WGMMA_D4, CONVSERVE_WGMMA_REGS4, 16,
+                            17, 18)
+CONVSERVE_WGMMA_DESCRIPTORS(__nv_bfloat16, "bf16", 64, CONVSERVE_WGMMA_D8, CONVSERVE_WGMMA_REGS8, 32,
+                            33, 34)
+CONVSERVE_WGMMA_REGISTER_A(__half, "f16", 32, CONVSERVE_WGMMA_D4, CONVSERVE_WGMMA_REGS4, 16, 17, 18,
+                           19, 20, 21)
+CONVSERVE_WGMMA_REGISTER_A(__half, "f16", 64, CONVSERVE_WGMMA_D8, CONVSERVE_WGMMA_REGS8, 32, 33, 34,
+                           35, 36, 37)
+CONVSERVE_WGMMA_REGISTER_A(__nv_bfloat16, "bf16", 32, CONVSERVE_WGMMA_D4, CONVSERVE_WGMMA_REGS4, 16,
+                           17, 18, 19, 20, 21)
+CONVSERVE_WGMMA_REGISTER_A(__nv_bfloat16, "bf16", 64, CONVSERVE_WGMMA_D8, CONVSERVE_WGMMA_REGS8, 32,
+                           33, 34, 35, 36, 37)
+#undef CONVSERVE_WGMMA_DESCRIPTORS
+#undef CONVSERVE_WGMMA_REGISTER_A
 #undef CONVSERVE_WGMMA_D4
 #undef CONVSERVE_WGMMA_D8
 #undef CONVSERVE_WGMMA_REGS4
