@@ -13,6 +13,7 @@
 #include "spdlog/spdlog.h"
 #if CONVSERVE_WITH_CUDA
 #include "engine/cudnn/cudnn_backend.h"
+#include "engine/cudnn/dependent_launch.h"
 #include "engine/runtime/device_pool.h"
 #endif
 
@@ -73,6 +74,7 @@ absl::StatusOr<RunnerChoice> MakeGpu(const BackendConfig& config) {
   options.selection.deterministic_only = config.deterministic;
   options.selection.strict_float32 = config.strict_float32;
   options.selection.direct_kernels = config.direct_kernels;
+  SetDependentLaunch(config.dependent_launch);
   options.selection.max_workspace_bytes = config.max_workspace_bytes;
   options.selection.autotune_candidates = config.autotune_candidates;
   options.selection.autotune_knob_candidates = config.autotune_knob_candidates;

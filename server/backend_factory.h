@@ -40,6 +40,9 @@ struct BackendConfig {
   bool strict_float32 = false;
   // Race convserve's own kernels against cuDNN's (EngineSelection).
   bool direct_kernels = true;
+  // Launch convserve's own kernels as programmatic dependent launches
+  // (engine/cudnn/dependent_launch.h).
+  bool dependent_launch = true;
   // Largest cuDNN workspace per layer.
   int64_t max_workspace_bytes = int64_t{256} << 20;
   // File of cuDNN engine indices never to use; empty for none.

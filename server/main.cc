@@ -66,6 +66,10 @@ ABSL_FLAG(bool, direct_kernels, true,
           "autotune also races convserve's own kernels (today: depthwise convolutions) "
           "against cuDNN's engines; heuristic policies use them only where no cuDNN engine "
           "runs a layer");
+ABSL_FLAG(bool, dependent_launch, true,
+          "GPUs of compute capability 9.0+: launch convserve's own kernels as programmatic "
+          "dependent launches, so each is scheduled while the kernel before it finishes (it "
+          "still waits for that kernel's results); false: plain launches");
 ABSL_FLAG(bool, strict_float32, false,
           "float32 graphs: no TF32 tensor-core or down-converting engines (slower, exact)");
 ABSL_FLAG(int64_t, max_workspace_bytes, int64_t{256} << 20, "largest cuDNN workspace per layer");
@@ -273,6 +277,7 @@ int Run() {
   backend_config.deterministic = absl::GetFlag(FLAGS_deterministic);
   backend_config.strict_float32 = absl::GetFlag(FLAGS_strict_float32);
   backend_config.direct_kernels = absl::GetFlag(FLAGS_direct_kernels);
+  backend_config.dependent_launch = absl::GetFlag(FLAGS_dependent_launch);
   backend_config.max_workspace_bytes = absl::GetFlag(FLAGS_max_workspace_bytes);
   backend_config.engine_blocklist = absl::GetFlag(FLAGS_engine_blocklist);
   backend_config.autotune_candidates = absl::GetFlag(FLAGS_autotune_candidates);

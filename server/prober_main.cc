@@ -30,6 +30,7 @@
 #include "engine/cudnn/cudnn_backend.h"
 #include "engine/cudnn/cudnn_errata.h"
 #include "engine/cudnn/cudnn_status.h"
+#include "engine/cudnn/dependent_launch.h"
 #include "engine/runtime/plan_store.h"
 #include "engine/runtime/prober_protocol.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
@@ -40,6 +41,8 @@ ABSL_FLAG(std::string, engine_selection, "autotune", "heuristic, heuristic_b, fa
 ABSL_FLAG(bool, deterministic, false, "deterministic engines only");
 ABSL_FLAG(bool, strict_float32, false, "no TF32 or down-converting engines for float32");
 ABSL_FLAG(bool, direct_kernels, true, "also race convserve's own kernels");
+ABSL_FLAG(bool, dependent_launch, true,
+          "launch convserve's own kernels as programmatic dependent launches (as the server)");
 ABSL_FLAG(int64_t, max_workspace_bytes, int64_t{256} << 20, "largest cuDNN workspace");
 ABSL_FLAG(int, autotune_candidates, 12, "autotune: candidates run per path");
 ABSL_FLAG(int, autotune_knob_candidates, 16, "autotune: knob-search candidates per layer");
@@ -131,6 +134,7 @@ int Run() {
   selection.deterministic_only = absl::GetFlag(FLAGS_deterministic);
   selection.strict_float32 = absl::GetFlag(FLAGS_strict_float32);
   selection.direct_kernels = absl::GetFlag(FLAGS_direct_kernels);
+  SetDependentLaunch(absl::GetFlag(FLAGS_dependent_launch));
   selection.max_workspace_bytes = absl::GetFlag(FLAGS_max_workspace_bytes);
   selection.autotune_candidates = absl::GetFlag(FLAGS_autotune_candidates);
   selection.autotune_iterations = absl::GetFlag(FLAGS_autotune_iterations);

@@ -5,6 +5,7 @@
 
 #include "engine/cudnn/bias_activation.h"
 #include "engine/cudnn/cudnn_status.h"
+#include "engine/cudnn/dependent_launch.h"
 #include "engine/cudnn/device_dtype.cuh"
 
 namespace convserve {
@@ -16,6 +17,7 @@ namespace {
 template <typename T>
 __global__ void BiasActivationKernel(T* y, const T* bias, int64_t total, int64_t channels,
                                      int64_t spatial, bool channels_last, Activation act) {
+  AwaitPreviousKernel();
   constexpr int kVector = 16 / sizeof(T);
   union Pack {
     uint4 raw;
@@ -54,6 +56,7 @@ template <typename T>
 __global__ void WideningBiasActivationKernel(T* y, const float* x, const T* bias, int64_t total,
                                              int64_t channels, int64_t spatial,
                                              bool channels_last, Activation act) {
+  AwaitPreviousKernel();
   constexpr int kVector = 4;
   const int64_t vector_count = total / kVector;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
@@ -85,16 +88,17 @@ absl::Status Launch(const BiasActivationArgs& args, cudaStream_t stream) {
   // Enough blocks to fill the GPU several times; the loop strides over the rest.
   const int blocks = static_cast<int>(std::min<int64_t>((work + kThreads - 1) / kThreads, 65535));
   if (args.float_input != nullptr) {
-    WideningBiasActivationKernel<T><<<blocks, kThreads, 0, stream>>>(
+    CUDA_RETURN_IF_ERROR(LaunchDependent(
+        WideningBiasActivationKernel<T>, dim3(blocks), dim3(kThreads), 0, stream,
         static_cast<T*>(args.y), static_cast<const float*>(args.float_input),
         static_cast<const T*>(args.bias), total, args.channels, args.spatial, args.channels_last,
-        args.activation);
+        args.activation));
   } else {
-    BiasActivationKernel<T><<<blocks, kThreads, 0, stream>>>(
-        static_cast<T*>(args.y), static_cast<const T*>(args.bias), total, args.channels,
-        args.spatial, args.channels_last, args.activation);
+    CUDA_RETURN_IF_ERROR(LaunchDependent(BiasActivationKernel<T>, dim3(blocks), dim3(kThreads), 0,
+                                         stream, static_cast<T*>(args.y),
+                                         static_cast<const T*>(args.bias), total, args.channels,
+                                         args.spatial, args.channels_last, args.activation));
   }
-  CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return absl::OkStatus();
 }
 

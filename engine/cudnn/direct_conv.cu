@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/cudnn/cudnn_status.h"
+#include "engine/cudnn/dependent_launch.h"
 #include "engine/cudnn/device_dtype.cuh"
 #include "engine/cudnn/direct_conv.h"
 #include "engine/cudnn/direct_conv_kernel.h"
@@ -112,6 +113,7 @@ __global__ void DepthwiseChannelsLast(const T* __restrict__ x, const T* __restri
                                       const T* __restrict__ bias, T* __restrict__ y,
                                       DirectConvDims d, int block_vectors, int column_groups,
                                       Activation act) {
+  AwaitPreviousKernel();
   extern __shared__ __align__(16) float shared[];
   const int kernel_h = Extent<kKernel>(d.r), kernel_w = Extent<kKernel>(d.s);
   const int taps = kernel_h * kernel_w;
@@ -225,6 +227,7 @@ template <typename T, int kColumns, int kKernel, bool kWindow>
 __global__ void DepthwiseChannelsFirst(const T* __restrict__ x, const T* __restrict__ w,
                                        const T* __restrict__ bias, T* __restrict__ y,
                                        DirectConvDims d, int column_groups, Activation act) {
+  AwaitPreviousKernel();
   const unsigned group = blockIdx.x * blockDim.x + threadIdx.x;
   if (group >= static_cast<unsigned>(column_groups)) return;
   const int kernel_h = Extent<kKernel>(d.r), kernel_w = Extent<kKernel>(d.s);
@@ -313,10 +316,11 @@ absl::Status LaunchChannelsLast(const ConvLayerProblem& problem, const ConvLayer
   const dim3 grid(static_cast<unsigned>(std::min(needed, resident)),
                   static_cast<unsigned>(slices));
   const size_t shared = static_cast<size_t>(taps + 1) * block_vectors * V * sizeof(float);
-  DepthwiseChannelsLast<T, V, kColumns, kKernel, kWindow><<<grid, kThreads, shared, stream>>>(
-      static_cast<const T*>(b.x), static_cast<const T*>(b.w), static_cast<const T*>(b.bias),
-      static_cast<T*>(b.y), d, block_vectors, column_groups, problem.activation);
-  CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  CUDA_RETURN_IF_ERROR(LaunchDependent(
+      DepthwiseChannelsLast<T, V, kColumns, kKernel, kWindow>, grid, dim3(kThreads), shared,
+      stream, static_cast<const T*>(b.x), static_cast<const T*>(b.w),
+      static_cast<const T*>(b.bias), static_cast<T*>(b.y), d, block_vectors, column_groups,
+      problem.activation));
   return absl::OkStatus();
 }
 
@@ -330,21 +334,21 @@ absl::Status LaunchChannelsFirst(const ConvLayerProblem& problem, const ConvLaye
   const auto* w = static_cast<const T*>(b.w);
   const auto* bias = static_cast<const T*>(b.bias);
   auto* y = static_cast<T*>(b.y);
+  const auto launch = [&](auto kernel) {
+    return LaunchDependent(kernel, dim3(blocks), dim3(kThreads), 0, stream, x, w, bias, y, d,
+                           column_groups, problem.activation);
+  };
   switch (SpecializationOf(problem)) {
     case Specialization::kThreeWindow:
-      DepthwiseChannelsFirst<T, kColumns, 3, true>
-          <<<blocks, kThreads, 0, stream>>>(x, w, bias, y, d, column_groups, problem.activation);
+      CUDA_RETURN_IF_ERROR(launch(DepthwiseChannelsFirst<T, kColumns, 3, true>));
       break;
     case Specialization::kThree:
-      DepthwiseChannelsFirst<T, kColumns, 3, false>
-          <<<blocks, kThreads, 0, stream>>>(x, w, bias, y, d, column_groups, problem.activation);
+      CUDA_RETURN_IF_ERROR(launch(DepthwiseChannelsFirst<T, kColumns, 3, false>));
       break;
     case Specialization::kGeneral:
-      DepthwiseChannelsFirst<T, kColumns, 0, false>
-          <<<blocks, kThreads, 0, stream>>>(x, w, bias, y, d, column_groups, problem.activation);
+      CUDA_RETURN_IF_ERROR(launch(DepthwiseChannelsFirst<T, kColumns, 0, false>));
       break;
   }
-  CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return absl::OkStatus();
 }
 

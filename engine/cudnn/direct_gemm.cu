@@ -44,6 +44,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/cudnn/cudnn_status.h"
+#include "engine/cudnn/dependent_launch.h"
 #include "engine/cudnn/direct_conv.h"
 #include "engine/cudnn/direct_conv_kernel.h"
 #include "engine/cudnn/fast_divisor.h"
@@ -191,6 +192,7 @@ template <typename T, int kTileChannels>
 __global__ void __launch_bounds__(kThreads)
     ImplicitGemm(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ bias,
                  T* __restrict__ y, GemmDims d, Activation activation) {
+  AwaitPreviousKernel();
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   // 1024: each step's tiles start on the 512-byte boundary wgmma's swizzle
   // repeats at.
@@ -423,13 +425,17 @@ absl::Status Launch(const ConvLayerProblem& problem, const ConvLayerBuffers& b, 
                                             cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             static_cast<int>(config.dynamicSmemBytes)));
   config.stream = stream;
-  cudaLaunchAttribute cluster;
-  cluster.id = cudaLaunchAttributeClusterDimension;
-  cluster.val.clusterDim.x = 1;
-  cluster.val.clusterDim.y = 1;
-  cluster.val.clusterDim.z = static_cast<unsigned>(splits);
-  config.attrs = &cluster;
-  config.numAttrs = splits > 1 ? 1 : 0;
+  cudaLaunchAttribute attrs[2] = {};
+  int count = 0;
+  if (splits > 1) {
+    attrs[count].id = cudaLaunchAttributeClusterDimension;
+    attrs[count].val.clusterDim.x = 1;
+    attrs[count].val.clusterDim.y = 1;
+    attrs[count].val.clusterDim.z = static_cast<unsigned>(splits);
+    ++count;
+  }
+  config.attrs = attrs;
+  config.numAttrs = static_cast<unsigned>(AddDependentLaunchAttribute(attrs, count));
   CUDA_RETURN_IF_ERROR(cudaLaunchKernelEx(&config, ImplicitGemm<T, kTileChannels>,
                                           static_cast<const T*>(b.x), static_cast<const T*>(b.w),
                                           static_cast<const T*>(b.bias), static_cast<T*>(b.y), d,

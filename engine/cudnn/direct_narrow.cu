@@ -35,6 +35,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/cudnn/cudnn_status.h"
+#include "engine/cudnn/dependent_launch.h"
 #include "engine/cudnn/direct_conv.h"
 #include "engine/cudnn/direct_conv_kernel.h"
 #include "engine/cudnn/fast_divisor.h"
@@ -134,6 +135,7 @@ template <typename T, int kWarps, bool kAligned, int kActivation>
 __global__ void __launch_bounds__(32 * kWarps, kResidentWarps / kWarps)
     NarrowGemm(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ bias,
                T* __restrict__ y, NarrowDims d, Activation activation) {
+  AwaitPreviousKernel();
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   constexpr int kThreads = 32 * kWarps;
   constexpr int kTilePixels = kWarpPixels * kWarps;
@@ -390,11 +392,11 @@ absl::Status Launch(const ConvLayerProblem& problem, const ConvLayerBuffers& b,
   const int sms = CurrentDeviceAttribute(cudaDevAttrMultiProcessorCount, 1);
   const int channel_tiles = (d.k + kChannels - 1) / kChannels;
   const int blocks = std::min(d.tiles, std::max(1, sms * resident / channel_tiles));
-  kernel<<<dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(channel_tiles)), kThreads,
-           static_cast<size_t>(bytes), stream>>>(
-      static_cast<const T*>(b.x), static_cast<const T*>(b.w), static_cast<const T*>(b.bias),
-      static_cast<T*>(b.y), d, problem.activation);
-  CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  CUDA_RETURN_IF_ERROR(LaunchDependent(
+      kernel, dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(channel_tiles)),
+      dim3(kThreads), static_cast<size_t>(bytes), stream, static_cast<const T*>(b.x),
+      static_cast<const T*>(b.w), static_cast<const T*>(b.bias), static_cast<T*>(b.y), d,
+      problem.activation));
   return absl::OkStatus();
 }
 

@@ -37,6 +37,7 @@
 
 #include "engine/activation.h"
 #include "engine/cudnn/cudnn_status.h"
+#include "engine/cudnn/dependent_launch.h"
 #include "engine/cudnn/device_dtype.cuh"
 #include "engine/cudnn/pointwise_pair.h"
 #include "engine/cudnn/pointwise_pair_convs.cuh"
@@ -123,6 +124,7 @@ __global__ void __launch_bounds__(kThreads, 2)
                         const T* __restrict__ bias0, Activation activation0,
                         const T* __restrict__ w1, const T* __restrict__ bias1,
                         Activation activation1, T* __restrict__ y, int64_t pixels, int c1) {
+  AwaitPreviousKernel();
   constexpr int kRow0 = kC0 + kPad, kSteps0 = kC0 / 16, kBlocks2 = kC2 / 8, kVectors0 = kC0 / 8;
   const int row1 = c1 + kPad;
   const bool relu0 =
@@ -259,14 +261,14 @@ absl::Status LaunchTyped(const PairLaunch& launch) {
   }
   const PointwisePairBuffers& b = launch.buffers;
   const Shape& x = launch.first.input;
-  kernel<<<launch.blocks, kThreads, shared_bytes, launch.stream>>>(
-      static_cast<const T*>(b.x), static_cast<const T*>(b.w0),
+  CUDA_RETURN_IF_ERROR(LaunchDependent(
+      kernel, dim3(launch.blocks), dim3(kThreads), static_cast<size_t>(shared_bytes),
+      launch.stream, static_cast<const T*>(b.x), static_cast<const T*>(b.w0),
       launch.first.has_bias ? static_cast<const T*>(b.bias0) : nullptr,
       launch.first.activation, static_cast<const T*>(b.w1),
       launch.second.has_bias ? static_cast<const T*>(b.bias1) : nullptr,
       launch.second.activation, static_cast<T*>(b.y), x[0] * x[2] * x[3],
-      static_cast<int>(launch.first.output[1]));
-  CUDA_RETURN_IF_ERROR(cudaGetLastError());
+      static_cast<int>(launch.first.output[1])));
   return absl::OkStatus();
 }
 

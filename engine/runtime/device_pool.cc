@@ -22,6 +22,7 @@
 #include "engine/cudnn/cuda_resources.h"
 #include "engine/cudnn/cudnn_backend.h"
 #include "engine/cudnn/cudnn_status.h"
+#include "engine/cudnn/dependent_launch.h"
 #include "engine/cudnn/launch_timer.h"
 #include "engine/cudnn/pointwise_pair.h"
 #include "engine/cudnn/pointwise_pair_kernel.h"
@@ -504,6 +505,7 @@ absl::StatusOr<std::unique_ptr<DevicePool>> DevicePool::Create(const DevicePoolO
       launch.store_directory = store_directory;
       launch.testing_fault_rank = options.testing_fault_candidate_rank;
       launch.log_level = options.prober_log_level;
+      launch.dependent_launch = DependentLaunchEnabled();
       EngineProberOptions prober;
       prober.binary = options.prober_binary;
       prober.arguments = ProberArguments(launch);

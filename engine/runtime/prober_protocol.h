@@ -52,6 +52,8 @@ struct ProberLaunch {
   int testing_fault_rank = -1;
   // spdlog level name for the prober's own log lines (on the server's stderr).
   std::string log_level = "info";
+  // Candidates launched as the server launches them (SetDependentLaunch).
+  bool dependent_launch = true;
 };
 
 // The prober's flags (after argv[0]) for `launch`.

@@ -35,6 +35,7 @@
 #include "engine/cudnn/cuda_resources.h"
 #include "engine/cudnn/cudnn_backend.h"
 #include "engine/cudnn/cudnn_status.h"
+#include "engine/cudnn/dependent_launch.h"
 #include "engine/status_macros.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
@@ -51,6 +52,10 @@ ABSL_FLAG(bool, graph_replay, true,
 ABSL_FLAG(int, calls_per_graph, 10,
           "graph replay: runs of the layer captured into one graph; ours_graph_ms is a replay's "
           "time divided by it (scripts/bench_pytorch.py --calls_per_graph must match)");
+
+ABSL_FLAG(bool, dependent_launch, true,
+          "launch convserve's own kernels as programmatic dependent launches (the server's "
+          "default, --dependent_launch)");
 
 namespace convserve {
 namespace {
@@ -272,5 +277,6 @@ int main(int argc, char** argv) {
   // Logs on stderr: stdout is the CSV.
   spdlog::set_default_logger(spdlog::stderr_color_mt("bench"));
   absl::ParseCommandLine(argc, argv);
+  convserve::SetDependentLaunch(absl::GetFlag(FLAGS_dependent_launch));
   return convserve::Run();
 }

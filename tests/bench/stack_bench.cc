@@ -32,6 +32,7 @@
 #include "client/graph_file.h"
 #include "engine/cudnn/cuda_resources.h"
 #include "engine/cudnn/cudnn_backend.h"
+#include "engine/cudnn/dependent_launch.h"
 #include "engine/runtime/device_pool.h"
 #include "server/proto_convert.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
@@ -55,6 +56,10 @@ ABSL_FLAG(bool, fuse_pointwise_pairs, true,
 ABSL_FLAG(int, device, 0, "CUDA device ordinal");
 ABSL_FLAG(int, warmup, 50, "untimed requests per stack and batch (the first builds plans)");
 ABSL_FLAG(int, requests, 500, "timed requests per stack and batch");
+
+ABSL_FLAG(bool, dependent_launch, true,
+          "launch convserve's own kernels as programmatic dependent launches (the server's "
+          "default, --dependent_launch)");
 
 namespace convserve {
 namespace {
@@ -278,5 +283,6 @@ int main(int argc, char** argv) {
   // Logs on stderr: stdout is the CSV.
   spdlog::set_default_logger(spdlog::stderr_color_mt("bench"));
   absl::ParseCommandLine(argc, argv);
+  convserve::SetDependentLaunch(absl::GetFlag(FLAGS_dependent_launch));
   return convserve::Run();
 }
