@@ -14,10 +14,11 @@
 // every block of this one has exited, not at its completion event: that
 // hides the launch latency between two kernels, the previous one a cuDNN
 // kernel too. Triggering at each block's start was tried and was slower
-// (H200, 2026-11-28: chains of our kernels up to 20% slower, the stem 10.2
-// against 9.4 us at batch 1): the next kernel's blocks were placed while the
-// previous one's still held most SMs, so they crowded onto the few SMs that
-// had room. cuDNN's kernels are not launched this way.
+// (H200, 2026-11-28: chains of our kernels up to 26% slower, the stem 10.2
+// against 9.4 us at batch 1), likely (not measured apart) because the next
+// kernel's blocks were placed while the previous one's still held most SMs
+// and crowded onto the few SMs that had room (docs/runtime.md, "Dependent
+// launches"). cuDNN's kernels are not launched this way.
 //
 // On by default; SetDependentLaunch(false) (--dependent_launch=false) makes
 // every launch a plain one.
