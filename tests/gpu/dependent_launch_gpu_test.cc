@@ -54,9 +54,7 @@ namespace {
 // The random-graph oracle's bounds for whole graphs (relative L2).
 double Bound(DType dtype) { return dtype == DType::kFloat16 ? 1e-2 : 2e-2; }
 
-int64_t Draw(std::mt19937_64* rng, int64_t low, int64_t high) {
-  return low + static_cast<int64_t>((*rng)() % static_cast<uint64_t>(high - low + 1));
-}
+constexpr auto Draw = DrawInRange;
 
 void AddLayer(v1::GraphDef* graph, int64_t out_channels, int64_t kernel, int64_t groups,
               std::mt19937_64* rng) {

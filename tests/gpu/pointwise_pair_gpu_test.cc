@@ -51,11 +51,7 @@ namespace {
 // rounding flip of the intermediate or the output on some elements.
 double Bound(DType dtype) { return dtype == DType::kFloat16 ? 2e-3 : 1e-2; }
 
-// A uniform draw from [low, high] (std::mt19937_64 output only: the same
-// cases on every standard library).
-int64_t Draw(std::mt19937_64* rng, int64_t low, int64_t high) {
-  return low + static_cast<int64_t>((*rng)() % static_cast<uint64_t>(high - low + 1));
-}
+constexpr auto Draw = DrawInRange;
 
 void RandomActivation(std::mt19937_64* rng, v1::Activation* activation) {
   activation->set_kind(static_cast<v1::Activation::Kind>(Draw(rng, 0, 8)));

@@ -38,6 +38,12 @@ struct LayerCase {
 absl::StatusOr<std::shared_ptr<const Graph>> MakeLayerGraph(const LayerCase& c,
                                                             std::mt19937_64* rng);
 
+// A uniform draw from [low, high] (std::mt19937_64 output only: the same
+// cases on every standard library).
+inline int64_t DrawInRange(std::mt19937_64* rng, int64_t low, int64_t high) {
+  return low + static_cast<int64_t>((*rng)() % static_cast<uint64_t>(high - low + 1));
+}
+
 // Any activation kind; ReLU clipped at 6 half the time and leaky (0.1) a
 // third; ELU alpha 0.7; softplus and swish beta 1.5.
 Activation DrawActivation(std::mt19937_64* rng);
