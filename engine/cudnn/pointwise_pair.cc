@@ -5,15 +5,23 @@
 namespace convserve {
 namespace {
 
-// Why `problem` is not a 1x1 conv with stride 1 and no padding, dilation or
-// groups on a 16-bit channels-last 4-D tensor, or "".
-std::string PointwiseRejection(const ConvLayerProblem& problem) {
-  if (problem.dtype != DType::kFloat16 && problem.dtype != DType::kBFloat16) {
-    return "the pair kernel runs float16 and bfloat16 only";
+// Whether the kernel is built for `channels` as C0 or C2.
+bool OuterChannels(int64_t channels) {
+  for (int64_t built : kPointwisePairOuterChannels) {
+    if (channels == built) return true;
   }
-  if (!problem.channels_last) return "the pair kernel runs channels-last (NHWC) tensors only";
+  return false;
+}
+
+}  // namespace
+
+std::string PointwiseLayerRejection(const ConvLayerProblem& problem, const char* kernel) {
+  if (problem.dtype != DType::kFloat16 && problem.dtype != DType::kBFloat16) {
+    return absl::StrCat(kernel, " runs float16 and bfloat16 only");
+  }
+  if (!problem.channels_last) return absl::StrCat(kernel, " runs channels-last (NHWC) tensors only");
   if (problem.input.size() != 4 || problem.weights.size() != 4 || problem.output.size() != 4) {
-    return "the pair kernel runs 2-D convolutions only";
+    return absl::StrCat(kernel, " runs 2-D convolutions only");
   }
   if (problem.weights[2] != 1 || problem.weights[3] != 1) return "not a 1x1 convolution";
   for (size_t d = 0; d < problem.stride.size(); ++d) {
@@ -26,16 +34,6 @@ std::string PointwiseRejection(const ConvLayerProblem& problem) {
   return "";
 }
 
-// Whether the kernel is built for `channels` as C0 or C2.
-bool OuterChannels(int64_t channels) {
-  for (int64_t built : kPointwisePairOuterChannels) {
-    if (channels == built) return true;
-  }
-  return false;
-}
-
-}  // namespace
-
 int64_t PointwisePairSharedBytes(const ConvLayerProblem& first, const ConvLayerProblem& second) {
   const int64_t c0 = first.input[1], c1 = first.output[1], c2 = second.output[1];
   const int64_t row0 = c0 + kPointwisePairPad, row1 = c1 + kPointwisePairPad;
@@ -47,7 +45,7 @@ int64_t PointwisePairSharedBytes(const ConvLayerProblem& first, const ConvLayerP
 std::string PointwisePairRejection(const ConvLayerProblem& first, const ConvLayerProblem& second,
                                    int64_t shared_bytes) {
   for (const ConvLayerProblem* problem : {&first, &second}) {
-    std::string why = PointwiseRejection(*problem);
+    std::string why = PointwiseLayerRejection(*problem, "the pair kernel");
     if (!why.empty()) return absl::StrCat(problem == &first ? "first" : "second", " layer: ", why);
   }
   if (first.dtype != second.dtype || second.input != first.output) {

@@ -153,11 +153,7 @@ __global__ void __launch_bounds__(kThreads, 2)
                   valid);
     }
   };
-  for (int v = thread; v < c1 * kVectors0; v += kThreads) {
-    const int r = v / kVectors0, c = (v % kVectors0) * 8;
-    CopyAsync16(shared_w0 + (kWarpgroupPair ? SwizzledWeight(c1, r, c) : r * kRow0 + c),
-                w0 + r * kC0 + c, true);
-  }
+  CopyFirstWeights<T, kC0>(shared_w0, w0, c1, thread);
   const int vectors1 = c1 / 8;
   for (int v = thread; v < kC2 * vectors1; v += kThreads) {
     const int r = v / vectors1, c = (v % vectors1) * 8;

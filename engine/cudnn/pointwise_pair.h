@@ -34,6 +34,12 @@ inline constexpr int64_t kPointwisePairPad = 8;
 // 64 (each further count is 4 more kernels to compile, per dtype).
 inline constexpr int64_t kPointwisePairOuterChannels[] = {32, 64};
 
+// Why `problem` is not a 1x1 conv with stride 1 and no padding, dilation or
+// groups on a 16-bit channels-last 4-D tensor, or "": what the pair kernel
+// needs of each of its layers and the direct path's pointwise GEMM of its
+// one (`kernel` names it in the message).
+std::string PointwiseLayerRejection(const ConvLayerProblem& problem, const char* kernel);
+
 // Shared memory one block needs: both weight matrices, two input tiles and
 // both biases (in float).
 int64_t PointwisePairSharedBytes(const ConvLayerProblem& first, const ConvLayerProblem& second);

@@ -2,7 +2,8 @@
 // (engine/cudnn/pointwise_pair.cu has the kernel around it): its tile
 // shape, the first conv's epilogue (bias, activation, rounding into the
 // second conv's A fragments) and both convs, as warpgroup MMAs (sm_90a) or
-// mma.sync. Included by pointwise_pair.cu only.
+// mma.sync. Included by pointwise_pair.cu and by direct_pointwise.cu
+// (the pointwise GEMM: the first conv on its own).
 #ifndef CONVSERVE_ENGINE_CUDNN_POINTWISE_PAIR_CONVS_CUH_
 #define CONVSERVE_ENGINE_CUDNN_POINTWISE_PAIR_CONVS_CUH_
 
@@ -113,6 +114,58 @@ __device__ inline int SwizzledWeight(int rows, int row, int k) {
   return (k / 32) * rows * 32 + row * 32 + (((k % 32) / 8) ^ ((row >> 1) & 3)) * 8 + k % 8;
 }
 
+// Copies the first conv's weights ([c1][C0], C0 contiguous) into shared
+// memory as its MMAs read them: swizzled (SwizzledWeight) for wgmma, rows
+// of C0 + kPad elements for mma.sync. cp.async: the caller commits and
+// waits (and fences for wgmma).
+template <typename T, int kC0>
+__device__ inline void CopyFirstWeights(T* shared_w0, const T* w0, int c1, int thread) {
+  constexpr int kRow0 = kC0 + kPad, kVectors0 = kC0 / 8;
+  for (int v = thread; v < c1 * kVectors0; v += kThreads) {
+    const int r = v / kVectors0, c = (v % kVectors0) * 8;
+    CopyAsync16(shared_w0 + (kWarpgroupPair ? SwizzledWeight(c1, r, c) : r * kRow0 + c),
+                w0 + r * kC0 + c, true);
+  }
+}
+
+// The first conv of the 32 channels from `chunk` for the warpgroup's 64
+// rows (A fragments `x`, from registers) into `acc`, issued and committed
+// as one batch, not waited for (d = A B: no zeros to write).
+template <typename T, int kC0>
+__device__ inline void FirstConvWgmma(const unsigned (&x)[kM][kC0 / 16][4], const T* shared_w0,
+                                      int c1, int chunk, float (&acc)[kM][4][4]) {
+  WgmmaFence();
+#pragma unroll
+  for (int k = 0; k < kC0 / 16; ++k) {
+    WgmmaRegisterA<T, kChunk>(
+        acc[0], x[0][k],
+        WgmmaDescriptor64B(shared_w0 + SwizzledWeight(c1, chunk, 32 * (k / 2))) + 2 * (k % 2),
+        k > 0);
+  }
+  WgmmaCommit();
+}
+
+// The same with mma.sync, into `acc` (which holds zeros or sums to add
+// to): B fragments of w0 [c1][C0 + pad] loaded by ldmatrix.
+template <typename T, int kC0>
+__device__ inline void FirstConvMma(const unsigned (&x)[kM][kC0 / 16][4], const T* shared_w0,
+                                    int chunk, int b_row, int b_column, float (&acc)[kM][4][4]) {
+  constexpr int kRow0 = kC0 + kPad;
+#pragma unroll
+  for (int k = 0; k < kC0 / 16; ++k) {
+#pragma unroll
+    for (int n = 0; n < 4; n += 2) {
+      unsigned b[4];
+      LdMatrixX4(b, shared_w0 + (chunk + n * 8 + b_row) * kRow0 + k * 16 + b_column);
+#pragma unroll
+      for (int m = 0; m < kM; ++m) {
+        Mma<T>(acc[m][n], x[m][k], b[0], b[1]);
+        Mma<T>(acc[m][n + 1], x[m][k], b[2], b[3]);
+      }
+    }
+  }
+}
+
 // Both convs for the warp's rows of a tile (`x`: their A fragments),
 // into the second conv's accumulators; `hidden(acc0, a, chunk)` is the
 // first conv's epilogue for each chunk. With mma.sync each warp reads the
@@ -125,23 +178,14 @@ template <typename T, int kC0, int kC2, typename Hidden>
 __device__ inline void TileConvs(const unsigned (&x)[kM][kC0 / 16][4], const T* shared_w0,
                                  const T* shared_w1, int c1, int b_row, int b_column,
                                  const Hidden& hidden, float (&acc1)[kM][kC2 / 8][4]) {
-  constexpr int kRow0 = kC0 + kPad, kSteps0 = kC0 / 16, kBlocks2 = kC2 / 8;
+  constexpr int kBlocks2 = kC2 / 8;
   if constexpr (kWarpgroupPair) {
     static_assert(kM == 1, "a warp holds 16 rows of its warpgroup's 64");
     static_assert(kC0 % 32 == 0 && (kC2 == 32 || kC2 == 64),
                   "whole 32-element weight slices (SwizzledWeight) and a WgmmaRegisterA of N = C2");
     WgmmaFenceOperands(acc1[0]);  // its zeros written before the first batch
-    // The first conv of `chunk` into `acc` (d = A B: no zeros to write).
     const auto first_conv = [&](int chunk, float(&acc)[kM][4][4]) {
-      WgmmaFence();
-#pragma unroll
-      for (int k = 0; k < kSteps0; ++k) {
-        WgmmaRegisterA<T, kChunk>(
-            acc[0], x[0][k],
-            WgmmaDescriptor64B(shared_w0 + SwizzledWeight(c1, chunk, 32 * (k / 2))) + 2 * (k % 2),
-            k > 0);
-      }
-      WgmmaCommit();
+      FirstConvWgmma<T, kC0>(x, shared_w0, c1, chunk, acc);
     };
     // The chunk's epilogue into `a`, then its part of the second conv.
     const auto second_conv = [&](int chunk, const float(&acc)[kM][4][4], unsigned(&a)[kM][2][4]) {
@@ -185,19 +229,7 @@ __device__ inline void TileConvs(const unsigned (&x)[kM][kC0 / 16][4], const T* 
 #pragma unroll 1
     for (int chunk = 0; chunk < c1; chunk += kChunk) {
       float acc0[kM][4][4] = {};
-#pragma unroll
-      for (int k = 0; k < kSteps0; ++k) {
-#pragma unroll
-        for (int n = 0; n < 4; n += 2) {
-          unsigned b[4];
-          LdMatrixX4(b, shared_w0 + (chunk + n * 8 + b_row) * kRow0 + k * 16 + b_column);
-#pragma unroll
-          for (int m = 0; m < kM; ++m) {
-            Mma<T>(acc0[m][n], x[m][k], b[0], b[1]);
-            Mma<T>(acc0[m][n + 1], x[m][k], b[2], b[3]);
-          }
-        }
-      }
+      FirstConvMma<T, kC0>(x, shared_w0, chunk, b_row, b_column, acc0);
       unsigned a[kM][2][4];
       hidden(acc0, a, chunk);
 #pragma unroll
