@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "engine/cudnn/pointwise_pair.h"
 
 namespace convserve {
 namespace {
@@ -15,6 +16,7 @@ constexpr int64_t kVectorByteChoices[] = {16, 8};
 constexpr int64_t kTileChannelChoices[] = {64, 32};
 constexpr int64_t kSplitChoices[] = {1, 2, 4, 8};
 constexpr int64_t kTilePixelChoices[] = {128, 64};
+constexpr int64_t kBlocksPerSmChoices[] = {2, 1};
 // The GEMM engines' configurations are listed best guess first: the one
 // whose block count comes nearest this (an H100's 132 SMs).
 constexpr double kBlocksGuess = 132;
@@ -91,6 +93,46 @@ int64_t GemmChunks(const ConvLayerProblem& problem) {
          DirectGemmChunk(problem.dtype);
 }
 
+}  // namespace
+
+std::string DirectPointwiseRejection(const ConvLayerProblem& problem) {
+  if (std::string why = PointwiseLayerRejection(problem, "the pointwise GEMM"); !why.empty()) {
+    return why;
+  }
+  const int64_t c = problem.input[1], k = problem.output[1];
+  if (std::find(std::begin(kPointwisePairOuterChannels), std::end(kPointwisePairOuterChannels),
+                c) == std::end(kPointwisePairOuterChannels)) {
+    return absl::StrCat("the pointwise GEMM is built for 32 or 64 input channels (have ", c, ")");
+  }
+  if (k % kPointwisePairChunk != 0 || k > kDirectPointwiseMaxChannels) {
+    return absl::StrCat("the pointwise GEMM needs output channels a multiple of ",
+                        kPointwisePairChunk, " up to ", kDirectPointwiseMaxChannels, " (have ", k,
+                        ")");
+  }
+  return SizeRejection(problem);
+}
+
+namespace {
+
+// The pointwise GEMM's configurations with the blocks each launches (one a tile at most).
+std::vector<std::pair<double, EngineConfigId>> PointwiseConfigs(const ConvLayerProblem& problem) {
+  const int64_t pixels = problem.output[0] * problem.output[2] * problem.output[3];
+  const int64_t tiles = (pixels + kPointwisePairTile - 1) / kPointwisePairTile;
+  std::vector<std::pair<double, EngineConfigId>> configs;
+  for (int64_t blocks_per_sm : kBlocksPerSmChoices) {
+    EngineConfigId id;
+    id.path = LayerPath::kDirect;
+    id.engine = kDirectPointwiseEngine;
+    id.knobs = {{kDirectKnobBlocksPerSm, blocks_per_sm}};
+    configs.emplace_back(
+        static_cast<double>(std::min<int64_t>(tiles, blocks_per_sm * kBlocksGuess)),
+        std::move(id));
+  }
+  return configs;
+}
+
+// The implicit GEMM's configurations, and the pointwise GEMM's where it
+// runs `problem`, nearest kBlocksGuess blocks first.
 std::vector<EngineConfigId> GemmConfigs(const ConvLayerProblem& problem) {
   const int64_t pixels = problem.output[0] * problem.output[2] * problem.output[3];
   const int64_t pixel_tiles = (pixels + kDirectGemmTilePixels - 1) / kDirectGemmTilePixels;
@@ -107,6 +149,9 @@ std::vector<EngineConfigId> GemmConfigs(const ConvLayerProblem& problem) {
       configs.emplace_back(static_cast<double>(pixel_tiles * channel_tiles * splits),
                            std::move(id));
     }
+  }
+  if (DirectPointwiseRejection(problem).empty()) {
+    for (auto& config : PointwiseConfigs(problem)) configs.push_back(std::move(config));
   }
   return NearestBlocksFirst(std::move(configs));
 }

@@ -1,6 +1,6 @@
 // convserve's own convolution kernels, the "direct" layer path: autotune
 // races them against cuDNN's engines, timed the same way, and keeps the
-// faster (issue 12). Three engines, each applying the bias and activation
+// faster (issue 12). Four engines, each applying the bias and activation
 // before the one rounding, as a fused cuDNN plan does:
 //
 // Engine 0, depthwise 2-D convolution (groups == C == K). cuDNN's depthwise
@@ -39,9 +39,18 @@
 // multiplies in TF32, as in engine 1. cuDNN ran ResNet-50's stem at 17-21%
 // of its floor at batch 32 (docs/cudnn.md).
 //
+// Engine 3, the pointwise GEMM, for 1x1 convs with stride 1 and no padding
+// on 32 or 64 channels (float16 or bfloat16, channels-last) into K, a
+// multiple of 32 up to kDirectPointwiseMaxChannels: the pointwise pair
+// kernel's first conv on its own (engine/cudnn/direct_pointwise.cu). Blocks
+// keep the weights in shared memory and stream 128-pixel tiles through it;
+// knob 5 is the blocks launched per SM (2 or 1). For the layers with many
+// pixels and a short reduction, memory-bound, where cuDNN ran at 57-71% of
+// the bandwidth floor (ResNet-50's 64->64 and 64->256 at batch 32).
+//
 // On the direct path an EngineConfigId names our engine and its knobs in our
 // own numbering ("direct:e0:k0=2,k1=16", "direct:e1:k2=64,k3=4",
-// "direct:e2:k4=128"). This file
+// "direct:e2:k4=128", "direct:e3:k5=2"). This file
 // is the part that needs no GPU (which problems and configurations exist);
 // the kernels are in direct_conv_kernel.h.
 #ifndef CONVSERVE_ENGINE_CUDNN_DIRECT_CONV_H_
@@ -80,6 +89,13 @@ inline constexpr int64_t kDirectNarrowMaxRow = 48;
 inline constexpr int64_t kDirectNarrowTileChannels = 64;
 inline constexpr int64_t kDirectNarrowMaxSharedBytes = 227 << 10;
 inline constexpr int kDirectNarrowComputeCapability = 80;
+inline constexpr int64_t kDirectPointwiseEngine = 3;
+inline constexpr int64_t kDirectKnobBlocksPerSm = 5;
+// The pointwise GEMM's most output channels (its weights, 512 x 64
+// elements, and two input tiles take 110 KiB of shared memory: two blocks
+// an SM on an H100) and the compute capability it needs (mma.sync).
+inline constexpr int64_t kDirectPointwiseMaxChannels = 512;
+inline constexpr int kDirectPointwiseComputeCapability = 80;
 // Kernel taps (R*S) the depthwise engine keeps in shared memory per channel.
 inline constexpr int64_t kDirectMaxTaps = 256;
 // Elements of the input or the output the engine indexes (32-bit).
@@ -103,6 +119,10 @@ struct DirectNarrowLayout {
   int64_t shared_bytes = 0;   // weights, staged rows (a ring), steps
 };
 DirectNarrowLayout DirectNarrowLayoutOf(const ConvLayerProblem& problem, int64_t tile_pixels);
+
+// Why the pointwise GEMM (engine 3) does not run `problem`, or "" when it
+// does (the implicit GEMM runs every such layer too).
+std::string DirectPointwiseRejection(const ConvLayerProblem& problem);
 
 // Whether the direct path has an engine for `problem`'s kind of layer at all
 // (a 2-D depthwise or dense conv), so the search tries the path.

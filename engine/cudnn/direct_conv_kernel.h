@@ -49,6 +49,10 @@ absl::Status LaunchDirectGemm(const ConvLayerProblem& problem, const EngineConfi
 // its shared memory is over the GPU's limit.
 absl::Status LaunchDirectNarrow(const ConvLayerProblem& problem, const EngineConfigId& id,
                                 const ConvLayerBuffers& buffers, cudaStream_t stream);
+// LaunchDirectConv for the pointwise GEMM (engine kDirectPointwiseEngine).
+// FAILED_PRECONDITION below compute capability 8.0.
+absl::Status LaunchDirectPointwise(const ConvLayerProblem& problem, const EngineConfigId& id,
+                                   const ConvLayerBuffers& buffers, cudaStream_t stream);
 
 }  // namespace convserve
 

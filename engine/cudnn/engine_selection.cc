@@ -28,6 +28,8 @@ constexpr DirectEngineNeeds kDirectEngineNeeds[] = {
     {kDirectGemmEngine, "the implicit GEMM", "thread-block clusters",
      kDirectGemmComputeCapability, true},
     {kDirectNarrowEngine, "the narrow GEMM", "mma.sync", kDirectNarrowComputeCapability, true},
+    {kDirectPointwiseEngine, "the pointwise GEMM", "mma.sync", kDirectPointwiseComputeCapability,
+     false},
 };
 
 const DirectEngineNeeds* DirectNeedsOf(const EngineConfigId& id) {

@@ -124,14 +124,20 @@ class DirectGemmTest : public CudnnDeviceTest {
     const std::vector<EngineConfigId> configs = DirectConvConfigs(problem);
     EXPECT_FALSE(configs.empty()) << problem.Describe() << ": " << DirectConvRejection(problem);
 
-    for (const EngineConfigId& id : configs) EXPECT_EQ(id.engine, kDirectGemmEngine);
+    // The pointwise GEMM's configurations come with the GEMM's for the 1x1
+    // layers it runs (direct_pointwise_gpu_test checks it).
+    std::vector<EngineConfigId> gemm;
+    for (const EngineConfigId& id : configs) {
+      if (id.engine != kDirectPointwiseEngine) gemm.push_back(id);
+    }
+    for (const EngineConfigId& id : gemm) EXPECT_EQ(id.engine, kDirectGemmEngine);
     if (HasClusters()) {
-      return RunWorkspaceFreeConfigs(layer, configs, TensorCoreBound(c.dtype), c.Describe());
+      return RunWorkspaceFreeConfigs(layer, gemm, TensorCoreBound(c.dtype), c.Describe());
     }
     // Refused by the selection; built by name anyway, the launch refuses.
     EngineSelection selection;
     ConvLayerPlanner planner(handle_.get(), selection, target_);
-    for (const EngineConfigId& id : configs) {
+    for (const EngineConfigId& id : gemm) {
       absl::StatusOr<ConvLayerPlan> plan = planner.BuildConfig(problem, id);
       EXPECT_TRUE(plan.ok()) << plan.status();
       if (!plan.ok()) return INFINITY;
@@ -182,7 +188,7 @@ TEST_F(DirectGemmTest, AutotuneRacesTheImplicitGemm) {
     const size_t configs = DirectConvConfigs(layer.problem).size();
     const size_t raced = std::min<size_t>(configs, EngineSelection().autotune_candidates);
     for (bool direct : {true, false}) {
-      const DirectRace race = RaceDirect(layer.problem, kDirectGemmEngine, direct);
+      const DirectRace race = RaceDirect(layer.problem, {kDirectGemmEngine, kDirectPointwiseEngine}, direct);
       EXPECT_EQ(race.tried, direct ? raced : 0u) << c.Describe();
       ASSERT_TRUE(race.best.has_value());
       if (direct) {

@@ -223,7 +223,7 @@ TEST_F(DirectNarrowTest, AutotuneRacesTheNarrowGemm) {
       const PreparedLayer layer = Prepare(c, &rng);
       ASSERT_TRUE(layer.ok);
       for (bool direct : {true, false}) {
-        const DirectRace race = RaceDirect(layer.problem, kDirectNarrowEngine, direct);
+        const DirectRace race = RaceDirect(layer.problem, {kDirectNarrowEngine}, direct);
         EXPECT_EQ(race.tried, direct ? DirectConvConfigs(layer.problem).size() : 0u)
             << c.Describe();
         ASSERT_TRUE(race.best.has_value());

@@ -1,8 +1,8 @@
 // Which layers and configurations the direct path has (direct_conv.h): the
-// depthwise kernel, the implicit GEMM and the narrow GEMM, and
-// how the selection filters treat it: --direct_kernels, the cuDNN engine
-// blocklist (which does not apply to our engine numbers) and errata rules
-// (which apply only when they name the path). No GPU needed.
+// depthwise kernel, the implicit GEMM, the narrow GEMM and the pointwise
+// GEMM, and how the selection filters treat it: --direct_kernels, the cuDNN
+// engine blocklist (which does not apply to our engine numbers) and errata
+// rules (which apply only when they name the path). No GPU needed.
 #include "engine/cudnn/direct_conv.h"
 
 #include <cstdint>
@@ -143,8 +143,10 @@ TEST(DirectConvTest, DenseLayersHaveTheImplicitGemmConfigurations) {
   narrow.input = {1, 32, 7, 7};
   narrow.weights = {512, 32, 1, 1};
   narrow.pad_before = narrow.pad_after = {0, 0};
+  // (The pointwise GEMM runs it too: 1 block, as far from 132 as it gets.)
   EXPECT_EQ(ConfigNames(narrow),
-            (std::vector<std::string>{"direct:e1:k2=32,k3=1", "direct:e1:k2=64,k3=1"}));
+            (std::vector<std::string>{"direct:e1:k2=32,k3=1", "direct:e1:k2=64,k3=1",
+                                      "direct:e3:k5=2", "direct:e3:k5=1"}));
   // In float32 the same layer is two steps, so it splits in two.
   narrow.dtype = DType::kFloat32;
   EXPECT_EQ(ConfigNames(narrow),
@@ -279,7 +281,9 @@ TEST(DirectConvTest, ShortKernelRowsHaveTheNarrowGemm) {
   gemm.input = {1, 32, 7, 7};
   gemm.weights = {512, 32, 1, 1};
   gemm.pad_before = gemm.pad_after = {0, 0};
-  for (const EngineConfigId& id : DirectConvConfigs(gemm)) EXPECT_EQ(id.engine, kDirectGemmEngine);
+  for (const EngineConfigId& id : DirectConvConfigs(gemm)) {
+    EXPECT_NE(id.engine, kDirectNarrowEngine) << id.ToString();
+  }
   EXPECT_NE(DirectConfigRejection(gemm, ConfigId("direct:e2:k4=128")), "");
   // Its kernel rows may be up to 48 elements: 3x3 on 16 channels in float16,
   // or a 1x1 on 48.
@@ -288,6 +292,82 @@ TEST(DirectConvTest, ShortKernelRowsHaveTheNarrowGemm) {
   p.weights[2] = p.weights[3] = 3;
   EXPECT_EQ(DirectConvRejection(p), "");
   EXPECT_EQ(DirectConvConfigs(p).front().engine, kDirectNarrowEngine);
+}
+
+// ResNet-50's expand 1x1 at 56x56 and batch 32: 64 -> 256 channels,
+// float16 NHWC.
+ConvLayerProblem Expand() {
+  ConvLayerProblem p = Depthwise();
+  p.input = {32, 64, 56, 56};
+  p.weights = {256, 64, 1, 1};
+  p.output = {32, 256, 56, 56};
+  p.pad_before = p.pad_after = {0, 0};
+  return p;
+}
+
+TEST(DirectConvTest, OneByOneLayersOnFewChannelsHaveThePointwiseGemm) {
+  ConvLayerProblem p = Expand();
+  EXPECT_EQ(DirectPointwiseRejection(p), "");
+  // 784 tiles of 128 pixels: one block an SM (132) comes nearest 132, two
+  // (264) next, then the implicit GEMM's 6,272 to 25,088 blocks.
+  EXPECT_EQ(ConfigNames(p), (std::vector<std::string>{
+                                "direct:e3:k5=1", "direct:e3:k5=2", "direct:e1:k2=64,k3=1",
+                                "direct:e1:k2=64,k3=2", "direct:e1:k2=32,k3=1",
+                                "direct:e1:k2=32,k3=2"}));
+  // bfloat16, 32 input channels and up to 512 outputs too; a block per tile
+  // at most (3,136 pixels at batch 1: 25 blocks either way).
+  p.dtype = DType::kBFloat16;
+  p.input = {1, 32, 56, 56};
+  p.weights = {512, 32, 1, 1};
+  p.output = {1, 512, 56, 56};
+  EXPECT_EQ(DirectPointwiseRejection(p), "");
+  EXPECT_EQ(DirectConfigRejection(p, ConfigId("direct:e3:k5=2")), "");
+  EXPECT_EQ(DirectConfigRejection(p, ConfigId("direct:e3:k5=1")), "");
+  EXPECT_NE(DirectConfigRejection(p, ConfigId("direct:e3:k5=3")), "");
+
+  // What it refuses (the implicit GEMM still runs each but the last).
+  const auto rejection = [](ConvLayerProblem q) {
+    for (const EngineConfigId& id : DirectConvConfigs(q)) {
+      EXPECT_NE(id.engine, kDirectPointwiseEngine) << id.ToString();
+    }
+    return DirectPointwiseRejection(q);
+  };
+  ConvLayerProblem q = Expand();
+  q.dtype = DType::kFloat32;
+  EXPECT_EQ(rejection(q), "the pointwise GEMM runs float16 and bfloat16 only");
+  q = Expand();
+  q.input[1] = q.weights[1] = 128;
+  EXPECT_EQ(rejection(q), "the pointwise GEMM is built for 32 or 64 input channels (have 128)");
+  q = Expand();
+  q.output[1] = q.weights[0] = 544;
+  EXPECT_EQ(rejection(q),
+            "the pointwise GEMM needs output channels a multiple of 32 up to 512 (have 544)");
+  q.output[1] = q.weights[0] = 48;
+  EXPECT_EQ(rejection(q),
+            "the pointwise GEMM needs output channels a multiple of 32 up to 512 (have 48)");
+  q = Expand();
+  q.stride = {2, 2};
+  q.output[2] = q.output[3] = 28;
+  EXPECT_EQ(rejection(q), "a 1x1 convolution with a stride, dilation or padding");
+  q = Expand();
+  q.weights[2] = q.weights[3] = 3;
+  q.pad_before = q.pad_after = {1, 1};
+  EXPECT_EQ(rejection(q), "not a 1x1 convolution");
+  q = Expand();
+  q.channels_last = false;
+  EXPECT_EQ(rejection(q), "the pointwise GEMM runs channels-last (NHWC) tensors only");
+
+  // It needs mma.sync (compute capability 8.0) and multiplies no float32.
+  EngineSelection selection;
+  selection.strict_float32 = true;
+  CudnnTarget target;
+  target.compute_capability = 80;
+  EXPECT_EQ(ConfigRejection(selection, target, p, ConfigId("direct:e3:k5=2")), "");
+  target.compute_capability = 75;
+  EXPECT_NE(ConfigRejection(selection, target, p, ConfigId("direct:e3:k5=2"))
+                .find("the pointwise GEMM needs mma.sync (compute capability 8.0; this GPU has "
+                      "7.5)"),
+            std::string::npos);
 }
 
 TEST(DirectConvTest, TheNarrowGemmRefusesWhatItDoesNotRun) {

@@ -1,0 +1,265 @@
+// The direct path's pointwise GEMM (engine 3 of engine/cudnn/direct_conv.h):
+// one 1x1 conv of 32 or 64 input channels, the pointwise pair kernel's first
+// conv on its own. Each block keeps the weights ([K][C], at most
+// kDirectPointwiseMaxChannels rows) and the bias in shared memory for its
+// life and loops over 128-pixel tiles, copying the next tile's input in
+// (cp.async) while it computes this one. Each of its 8 warps owns 16 pixel
+// rows of the tile and reads their A fragments once (ldmatrix); then, for
+// each 32-channel chunk of K, the MMAs (wgmma with A from registers on
+// sm_90a, mma.sync elsewhere; pointwise_pair_convs.cuh) give float32 sums
+// that, plus bias, activated and rounded to the dtype (the pair's epilogue),
+// the warp stages in its own input rows (read already) and stores as 64
+// contiguous bytes a pixel, 16 bytes a lane.
+//
+// It is for the layers where the pixels are many and the reduction short
+// (ResNet-50's 64->64 and 64->256 at 56x56, batch 32): a stream of 128 or
+// 256 bytes in and up to 1 KiB out a pixel, where cuDNN's kernels ran at
+// 57-71% of the memory-bandwidth floor (docs/cudnn.md, "Dense layers").
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "absl/strings/str_cat.h"
+#include "engine/activation.h"
+#include "engine/cudnn/cudnn_status.h"
+#include "engine/cudnn/dependent_launch.h"
+#include "engine/cudnn/direct_conv.h"
+#include "engine/cudnn/direct_conv_kernel.h"
+#include "engine/cudnn/pointwise_pair_convs.cuh"
+#include "engine/cudnn/tensor_core.cuh"
+#include "engine/status_macros.h"
+
+namespace convserve {
+namespace pair_kernel {
+namespace {
+
+// Writes a chunk's rounded values (`a`: the layout of the second conv's A
+// fragments in the pair, HiddenChunk) into the warp's 16 staged rows of
+// `pitch` elements, 32 columns from `staged`: register k*4 + i holds row g
+// (i even) or g + 8 (i odd), columns 16k + 2t (i < 2) or 16k + 8 + 2t.
+template <typename T>
+__device__ inline void StageChunk(const unsigned (&a)[kM][2][4], T* staged, int pitch, int g,
+                                  int t) {
+#pragma unroll
+  for (int k = 0; k < 2; ++k) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int row = g + 8 * (i & 1), column = 16 * k + 8 * (i >> 1) + 2 * t;
+      *reinterpret_cast<unsigned*>(staged + row * pitch + column) = a[0][k][i];
+    }
+  }
+}
+
+// Stores the warp's staged chunk (16 rows of 32 elements, 64 bytes) to the
+// rows of Y from `y` (`k` elements apart), the first `valid_rows` of them.
+template <typename T>
+__device__ inline void StoreChunk(const T* staged, int pitch, T* y, int k, int64_t valid_rows,
+                                  int lane) {
+  constexpr int kVectors = kChunk * static_cast<int>(sizeof(T)) / 16;  // a row's 16-byte pieces
+  constexpr int kElements = 16 / static_cast<int>(sizeof(T));
+#pragma unroll
+  for (int i = 0; i < kRowsPerWarp * kVectors / 32; ++i) {
+    const int v = 32 * i + lane;
+    const int row = v / kVectors, column = (v % kVectors) * kElements;
+    if (row < valid_rows) {
+      *reinterpret_cast<uint4*>(y + row * int64_t{k} + column) =
+          *reinterpret_cast<const uint4*>(staged + row * pitch + column);
+    }
+  }
+}
+
+// The chunks of K for the warp's rows (`x`: their A fragments): `emit(acc,
+// chunk)` gets each chunk's float32 sums. wgmma: two chunks issued at once,
+// the second's MMAs running during the first's epilogue, nothing in flight
+// across the loop's back edge (pointwise_pair_convs.cuh, TileConvs).
+template <typename T, int kC0, typename Emit>
+__device__ inline void Chunks(const unsigned (&x)[kM][kC0 / 16][4], const T* shared_w, int k,
+                              int b_row, int b_column, const Emit& emit) {
+  if constexpr (kWarpgroupPair) {
+    int chunk = 0;
+#pragma unroll 1
+    for (; chunk + 2 * kChunk <= k; chunk += 2 * kChunk) {
+      float acc[2][kM][4][4];
+      FirstConvWgmma<T, kC0>(x, shared_w, k, chunk, acc[0]);
+      FirstConvWgmma<T, kC0>(x, shared_w, k, chunk + kChunk, acc[1]);
+      WgmmaWait<1>(acc[0][0]);
+      emit(acc[0], chunk);
+      WgmmaWait<0>(acc[1][0]);
+      emit(acc[1], chunk + kChunk);
+    }
+    if (chunk < k) {  // an odd chunk count: the last alone
+      float acc[kM][4][4];
+      FirstConvWgmma<T, kC0>(x, shared_w, k, chunk, acc);
+      WgmmaWait<0>(acc[0]);
+      emit(acc, chunk);
+    }
+  } else {
+#pragma unroll 1
+    for (int chunk = 0; chunk < k; chunk += kChunk) {
+      float acc[kM][4][4] = {};
+      FirstConvMma<T, kC0>(x, shared_w, chunk, b_row, b_column, acc);
+      emit(acc, chunk);
+    }
+  }
+}
+
+// kC0: 32 or 64; k a multiple of 32, at most kDirectPointwiseMaxChannels.
+// Shared memory as PointwiseSharedBytes counts it: w [K][C0 + pad] (on the
+// wgmma path swizzled, SwizzledWeight, without the padding), two input
+// tiles [128][C0 + pad], the bias in float.
+template <typename T, int kC0>
+__global__ void __launch_bounds__(kThreads, 2)
+    PointwiseGemm(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ bias,
+                  Activation activation, T* __restrict__ y, int64_t pixels, int k) {
+  AwaitPreviousKernel();
+  constexpr int kRow0 = kC0 + kPad, kSteps0 = kC0 / 16, kVectors0 = kC0 / 8;
+  const bool relu = activation.kind == ActivationKind::kRelu && activation.negative_slope == 0.f;
+  const float clip = activation.has_upper_clip ? activation.upper_clip : INFINITY;
+  // 1024: the weights start on the 512-byte boundary wgmma's swizzle repeats
+  // at; their padded size is a multiple of 512 (k a multiple of 32).
+  extern __shared__ __align__(1024) unsigned char shared[];
+  T* const shared_w = reinterpret_cast<T*>(shared);
+  T* const shared_x = shared_w + k * kRow0;
+  float* const shared_bias = reinterpret_cast<float*>(shared_x + 2 * kTile * kRow0);
+  const int thread = threadIdx.x, lane = thread & 31, warp = thread >> 5;
+  const int64_t tiles = (pixels + kTile - 1) / kTile;
+  // Pixels past the last are zeros (their outputs are not stored).
+  const auto load_tile = [&](int64_t tile, int buffer) {
+    for (int v = thread; v < kTile * kVectors0; v += kThreads) {
+      const int r = v / kVectors0, c = (v % kVectors0) * 8;
+      const int64_t pixel = tile * kTile + r;
+      const bool valid = pixel < pixels;
+      CopyAsync16(shared_x + (buffer * kTile + r) * kRow0 + c, x + (valid ? pixel * kC0 + c : 0),
+                  valid);
+    }
+  };
+  CopyFirstWeights<T, kC0>(shared_w, w, k, thread);
+  for (int i = thread; i < k; i += kThreads) {
+    shared_bias[i] = bias != nullptr ? ToFloat(bias[i]) : 0.f;
+  }
+  int64_t tile = blockIdx.x;
+  if (tile < tiles) load_tile(tile, 0);
+  CopyAsyncCommit();
+  CopyAsyncWait<0>();
+  // wgmma reads the weights through the async proxy: this thread's copies
+  // made visible to it before the barrier.
+  if constexpr (kWarpgroupPair) FenceProxyAsyncShared();
+  __syncthreads();
+
+  const int g = lane >> 2, t = lane & 3;
+  const int a_row = lane & 15, a_column = (lane >> 4) * 8;
+  const int b_row = (lane & 7) + ((lane >> 4) << 3), b_column = ((lane >> 3) & 1) * 8;
+  for (int buffer = 0; tile < tiles; tile += gridDim.x, buffer ^= 1) {
+    const int64_t next = tile + gridDim.x;
+    if (next < tiles) load_tile(next, buffer ^ 1);
+    CopyAsyncCommit();
+    T* const tile_x = shared_x + (buffer * kTile + warp * kRowsPerWarp) * kRow0;
+    unsigned x_fragments[kM][kSteps0][4];
+#pragma unroll
+    for (int m = 0; m < kM; ++m) {
+#pragma unroll
+      for (int s = 0; s < kSteps0; ++s) {
+        LdMatrixX4(x_fragments[m][s], tile_x + (m * 16 + a_row) * kRow0 + s * 16 + a_column);
+      }
+    }
+    // The warp's rows are staged where its input rows were: no other warp
+    // reads them, and its own ldmatrix reads are done after this.
+    __syncwarp();
+    const int64_t first_row = tile * kTile + warp * kRowsPerWarp;
+    const int64_t valid_rows = pixels - first_row;
+    T* const out = y + first_row * k;
+    const auto store = [&](const unsigned(&a)[kM][2][4], int chunk) {
+      StageChunk<T>(a, tile_x, kRow0, g, t);
+      __syncwarp();
+      StoreChunk<T>(tile_x, kRow0, out + chunk, k, valid_rows, lane);
+      __syncwarp();  // read out before the next chunk is staged
+    };
+    // A plain ReLU gets its own copy of the loop, without the switch.
+    if (relu) {
+      Chunks<T, kC0>(x_fragments, shared_w, k, b_row, b_column,
+                     [&](const float(&acc)[kM][4][4], int chunk) {
+                       unsigned a[kM][2][4];
+                       HiddenChunk(acc, shared_bias, chunk, t, PackRelu<T>{Pack<T>(clip, clip)},
+                                   a);
+                       store(a, chunk);
+                     });
+    } else {
+      Chunks<T, kC0>(x_fragments, shared_w, k, b_row, b_column,
+                     [&](const float(&acc)[kM][4][4], int chunk) {
+                       unsigned a[kM][2][4];
+                       WithKind(activation,
+                                HiddenEpilogue<T>{acc, a, shared_bias, activation, chunk, t});
+                       store(a, chunk);
+                     });
+    }
+    CopyAsyncWait<0>();
+    __syncthreads();
+  }
+}
+
+int64_t PointwiseSharedBytes(const ConvLayerProblem& problem) {
+  const int64_t c = problem.input[1], k = problem.output[1], row = c + kPad;
+  return (k * row + 2 * kTile * row) * static_cast<int64_t>(DTypeSize(problem.dtype)) +
+         k * static_cast<int64_t>(sizeof(float));
+}
+
+template <typename T, int kC0>
+absl::Status Launch(const ConvLayerProblem& problem, const ConvLayerBuffers& b,
+                    int64_t blocks_per_sm, cudaStream_t stream) {
+  const auto kernel = PointwiseGemm<T, kC0>;
+  const int bytes = static_cast<int>(PointwiseSharedBytes(problem));
+  // Over the default 48 KiB: opted into on every launch, as the GEMM does.
+  CUDA_RETURN_IF_ERROR(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  const int64_t pixels = problem.input[0] * problem.input[2] * problem.input[3];
+  const int64_t tiles = (pixels + kTile - 1) / kTile;
+  const int64_t sms = CurrentDeviceAttribute(cudaDevAttrMultiProcessorCount, 1);
+  const int64_t blocks = std::max<int64_t>(1, std::min(tiles, blocks_per_sm * sms));
+  CUDA_RETURN_IF_ERROR(LaunchDependent(
+      kernel, dim3(static_cast<unsigned>(blocks)), dim3(kThreads), static_cast<size_t>(bytes),
+      stream, static_cast<const T*>(b.x), static_cast<const T*>(b.w),
+      static_cast<const T*>(b.bias), problem.activation, static_cast<T*>(b.y), pixels,
+      static_cast<int>(problem.output[1])));
+  return absl::OkStatus();
+}
+
+template <typename T>
+absl::Status DispatchChannels(const ConvLayerProblem& problem, const ConvLayerBuffers& b,
+                              int64_t blocks_per_sm, cudaStream_t stream) {
+  switch (problem.input[1]) {
+    case 32: return Launch<T, 32>(problem, b, blocks_per_sm, stream);
+    case 64: return Launch<T, 64>(problem, b, blocks_per_sm, stream);
+  }
+  return absl::InvalidArgumentError("the pointwise GEMM is built for 32 or 64 input channels");
+}
+
+}  // namespace
+}  // namespace pair_kernel
+
+absl::Status LaunchDirectPointwise(const ConvLayerProblem& problem, const EngineConfigId& id,
+                                   const ConvLayerBuffers& buffers, cudaStream_t stream) {
+  const int64_t blocks_per_sm = DirectKnob(id, kDirectKnobBlocksPerSm);
+  if (blocks_per_sm != 1 && blocks_per_sm != 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(id.ToString(), " is not a configuration of the direct pointwise GEMM"));
+  }
+  if (CurrentDeviceAttribute(cudaDevAttrComputeCapabilityMajor, 0) * 10 <
+      kDirectPointwiseComputeCapability) {
+    return absl::FailedPreconditionError(
+        "the direct pointwise GEMM needs mma.sync (compute capability 8.0)");
+  }
+  switch (problem.dtype) {
+    case DType::kFloat16:
+      return pair_kernel::DispatchChannels<__half>(problem, buffers, blocks_per_sm, stream);
+    case DType::kBFloat16:
+      return pair_kernel::DispatchChannels<__nv_bfloat16>(problem, buffers, blocks_per_sm,
+                                                          stream);
+    case DType::kFloat32:
+      break;
+  }
+  return absl::InvalidArgumentError("the direct pointwise GEMM runs float16 and bfloat16 only");
+}
+
+}  // namespace convserve

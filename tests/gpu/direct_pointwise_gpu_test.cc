@@ -1,0 +1,143 @@
+// The direct path's pointwise GEMM (engine 3 of engine/cudnn/direct_conv.h)
+// against the float64 reference, layer by layer:
+// - seeded random 1x1 layers it runs: float16 and bfloat16 NHWC, 32 or 64
+//   input channels, 32-512 outputs, batch 1-3 at odd sizes 1-41 (pixel
+//   counts rarely a multiple of the 128-pixel tile), and a quarter of them
+//   batch 12-16 at 56-64 so that every block loops over several tiles; every
+//   activation, with and without bias;
+// - ResNet-50's 64->64 and 64->256 at 56x56, batch 1 and 2, both dtypes;
+// each under both configurations (one or two blocks an SM), into an output
+// filled with NaN and followed by guard bytes: every element must be
+// written, none past the end.
+// Then the engine search: autotune races it with the implicit GEMM and
+// cuDNN on ResNet-50's two layers at batch 1 and 32 (every direct
+// candidate passes the prober's guarded-buffer checks) and prints each
+// side's best time. Skips without a GPU.
+//
+// CONVSERVE_POINTWISE_SEED and CONVSERVE_POINTWISE_CASES change the random
+// layers.
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "engine/cudnn/direct_conv.h"
+#include "gtest/gtest.h"
+#include "tests/test_util/cudnn_device_test.h"
+
+namespace convserve {
+namespace {
+
+// A random layer the pointwise GEMM runs.
+LayerCase DrawCase(std::mt19937_64* rng) {
+  LayerCase c;
+  c.dtype = DrawInRange(rng, 0, 1) == 0 ? DType::kFloat16 : DType::kBFloat16;
+  c.channels_last = true;
+  c.channels = 32 * DrawInRange(rng, 1, 2);
+  c.kernel_h = c.kernel_w = 1;
+  if (DrawInRange(rng, 0, 3) == 0) {
+    // Over 264 tiles (two blocks on each of 132 SMs); few outputs, so the
+    // float64 reference stays quick.
+    c.batch = DrawInRange(rng, 12, 16);
+    c.height = DrawInRange(rng, 56, 64);
+    c.width = DrawInRange(rng, 56, 64);
+    c.out_channels = 32 * DrawInRange(rng, 1, 4);
+  } else {
+    c.batch = DrawInRange(rng, 1, 3);
+    c.height = DrawInRange(rng, 1, 41);
+    c.width = DrawInRange(rng, 1, 41);
+    c.out_channels = 32 * DrawInRange(rng, 1, 16);
+  }
+  c.bias = DrawInRange(rng, 0, 3) != 0;
+  c.activation = DrawActivation(rng);
+  return c;
+}
+
+// ResNet-50's 1x1 layers on 64 channels at 56x56, with bias and ReLU.
+std::vector<LayerCase> ResNetCases(int64_t batch, DType dtype) {
+  std::vector<LayerCase> cases;
+  for (int64_t out : {64, 256}) {
+    LayerCase c;
+    c.name = out == 64 ? "resnet50_56_1x1_64_64" : "resnet50_56_1x1_64_256";
+    c.dtype = dtype;
+    c.channels_last = true;
+    c.batch = batch;
+    c.channels = 64;
+    c.out_channels = out;
+    c.height = c.width = 56;
+    c.kernel_h = c.kernel_w = 1;
+    c.activation.kind = ActivationKind::kRelu;
+    cases.push_back(c);
+  }
+  return cases;
+}
+
+class DirectPointwiseTest : public CudnnDeviceTest {
+ protected:
+  // Runs both pointwise configurations of `c` and checks each output;
+  // returns the largest relative L2 error.
+  double CheckCase(const LayerCase& c, std::mt19937_64* rng) {
+    const PreparedLayer layer = Prepare(c, rng);
+    if (!layer.ok) return INFINITY;
+    EXPECT_EQ(DirectPointwiseRejection(layer.problem), "") << layer.problem.Describe();
+    std::vector<EngineConfigId> configs;
+    for (const EngineConfigId& id : DirectConvConfigs(layer.problem)) {
+      if (id.engine == kDirectPointwiseEngine) configs.push_back(id);
+    }
+    EXPECT_EQ(configs.size(), 2u) << layer.problem.Describe();
+    return RunWorkspaceFreeConfigs(layer, configs, TensorCoreBound(c.dtype), c.Describe());
+  }
+};
+
+TEST_F(DirectPointwiseTest, RandomOneByOneLayersMatchTheReference) {
+  CheckRandomCases(
+      "direct pointwise", EnvOr("CONVSERVE_POINTWISE_SEED", 20262501),
+      EnvOr("CONVSERVE_POINTWISE_CASES", 60), DrawCase,
+      [this](const LayerCase& c, std::mt19937_64* rng) { return CheckCase(c, rng); },
+      TensorCoreBound);
+}
+
+TEST_F(DirectPointwiseTest, ResNetLayersMatchTheReference) {
+  std::mt19937_64 rng(7);
+  for (DType dtype : {DType::kFloat16, DType::kBFloat16}) {
+    for (int64_t batch : {1, 2}) {
+      for (const LayerCase& c : ResNetCases(batch, dtype)) {
+        const double error = CheckCase(c, &rng);
+        std::printf("direct pointwise %-24s %-8s N=%lld max relative L2 %.3e\n", c.name.c_str(),
+                    DTypeName(dtype), static_cast<long long>(batch), error);
+        if (HasFailure()) return;
+      }
+    }
+  }
+}
+
+// Autotune races both configurations with the implicit GEMM's and cuDNN's
+// candidates (each direct one through the prober's guarded-buffer checks).
+TEST_F(DirectPointwiseTest, AutotuneRacesThePointwiseGemm) {
+  std::mt19937_64 rng(17);
+  for (const LayerCase& c : ResNetCases(1, DType::kFloat16)) {
+    const PreparedLayer layer = Prepare(c, &rng);
+    ASSERT_TRUE(layer.ok);
+    for (int64_t batch : {1, 32}) {
+      // The race needs the problem only (no reference at batch 32).
+      ConvLayerProblem problem = layer.problem;
+      problem.input[0] = problem.output[0] = batch;
+      const DirectRace race =
+          RaceDirect(problem, {kDirectGemmEngine, kDirectPointwiseEngine}, true);
+      ASSERT_TRUE(race.best.has_value());
+      EXPECT_NE(race.times.find("direct:e3:k5=1="), std::string::npos) << race.times;
+      EXPECT_NE(race.times.find("direct:e3:k5=2="), std::string::npos) << race.times;
+      std::printf("race %-24s N=%-3lld winner %-24s %.4f ms; best direct %.4f ms, best cuDNN "
+                  "%.4f ms\nrace %-24s N=%-3lld direct ms:%s\n",
+                  c.name.c_str(), static_cast<long long>(batch),
+                  race.best->id().ToString().c_str(), race.best->measured_ms(), race.best_direct,
+                  race.best_cudnn, c.name.c_str(), static_cast<long long>(batch),
+                  race.times.c_str());
+    }
+  }
+}
+
+}  // namespace
+}  // namespace convserve
