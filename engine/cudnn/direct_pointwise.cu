@@ -52,24 +52,6 @@ __device__ inline void StageChunk(const unsigned (&a)[kM][2][4], T* staged, int 
   }
 }
 
-// Stores the warp's staged chunk (16 rows of 32 elements, 64 bytes) to the
-// rows of Y from `y` (`k` elements apart), the first `valid_rows` of them.
-template <typename T>
-__device__ inline void StoreChunk(const T* staged, int pitch, T* y, int k, int64_t valid_rows,
-                                  int lane) {
-  constexpr int kVectors = kChunk * static_cast<int>(sizeof(T)) / 16;  // a row's 16-byte pieces
-  constexpr int kElements = 16 / static_cast<int>(sizeof(T));
-#pragma unroll
-  for (int i = 0; i < kRowsPerWarp * kVectors / 32; ++i) {
-    const int v = 32 * i + lane;
-    const int row = v / kVectors, column = (v % kVectors) * kElements;
-    if (row < valid_rows) {
-      *reinterpret_cast<uint4*>(y + row * int64_t{k} + column) =
-          *reinterpret_cast<const uint4*>(staged + row * pitch + column);
-    }
-  }
-}
-
 // The chunks of K for the warp's rows (`x`: their A fragments): `emit(acc,
 // chunk)` gets each chunk's float32 sums. wgmma: two chunks issued at once,
 // the second's MMAs running during the first's epilogue, nothing in flight
@@ -114,7 +96,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     PointwiseGemm(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ bias,
                   Activation activation, T* __restrict__ y, int64_t pixels, int k) {
   AwaitPreviousKernel();
-  constexpr int kRow0 = kC0 + kPad, kSteps0 = kC0 / 16, kVectors0 = kC0 / 8;
+  constexpr int kRow0 = kC0 + kPad, kSteps0 = kC0 / 16;
   const bool relu = activation.kind == ActivationKind::kRelu && activation.negative_slope == 0.f;
   const float clip = activation.has_upper_clip ? activation.upper_clip : INFINITY;
   // 1024: the weights start on the 512-byte boundary wgmma's swizzle repeats
@@ -125,35 +107,18 @@ __global__ void __launch_bounds__(kThreads, 2)
   float* const shared_bias = reinterpret_cast<float*>(shared_x + 2 * kTile * kRow0);
   const int thread = threadIdx.x, lane = thread & 31, warp = thread >> 5;
   const int64_t tiles = (pixels + kTile - 1) / kTile;
-  // Pixels past the last are zeros (their outputs are not stored).
-  const auto load_tile = [&](int64_t tile, int buffer) {
-    for (int v = thread; v < kTile * kVectors0; v += kThreads) {
-      const int r = v / kVectors0, c = (v % kVectors0) * 8;
-      const int64_t pixel = tile * kTile + r;
-      const bool valid = pixel < pixels;
-      CopyAsync16(shared_x + (buffer * kTile + r) * kRow0 + c, x + (valid ? pixel * kC0 + c : 0),
-                  valid);
-    }
-  };
   CopyFirstWeights<T, kC0>(shared_w, w, k, thread);
-  for (int i = thread; i < k; i += kThreads) {
-    shared_bias[i] = bias != nullptr ? ToFloat(bias[i]) : 0.f;
-  }
+  CopyBias(shared_bias, bias, k, thread);
   int64_t tile = blockIdx.x;
-  if (tile < tiles) load_tile(tile, 0);
-  CopyAsyncCommit();
-  CopyAsyncWait<0>();
-  // wgmma reads the weights through the async proxy: this thread's copies
-  // made visible to it before the barrier.
-  if constexpr (kWarpgroupPair) FenceProxyAsyncShared();
-  __syncthreads();
+  if (tile < tiles) CopyInputTile<T, kC0>(shared_x, 0, x, tile, pixels, thread);
+  AwaitFirstCopies();
 
   const int g = lane >> 2, t = lane & 3;
   const int a_row = lane & 15, a_column = (lane >> 4) * 8;
   const int b_row = (lane & 7) + ((lane >> 4) << 3), b_column = ((lane >> 3) & 1) * 8;
   for (int buffer = 0; tile < tiles; tile += gridDim.x, buffer ^= 1) {
     const int64_t next = tile + gridDim.x;
-    if (next < tiles) load_tile(next, buffer ^ 1);
+    if (next < tiles) CopyInputTile<T, kC0>(shared_x, buffer ^ 1, x, next, pixels, thread);
     CopyAsyncCommit();
     T* const tile_x = shared_x + (buffer * kTile + warp * kRowsPerWarp) * kRow0;
     unsigned x_fragments[kM][kSteps0][4];
@@ -173,7 +138,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     const auto store = [&](const unsigned(&a)[kM][2][4], int chunk) {
       StageChunk<T>(a, tile_x, kRow0, g, t);
       __syncwarp();
-      StoreChunk<T>(tile_x, kRow0, out + chunk, k, valid_rows, lane);
+      StoreStagedRows<T, kChunk>(tile_x, kRow0, out + chunk, k, valid_rows, lane);
       __syncwarp();  // read out before the next chunk is staged
     };
     // A plain ReLU gets its own copy of the loop, without the switch.

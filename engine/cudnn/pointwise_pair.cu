@@ -92,26 +92,6 @@ struct OutputEpilogue {
   }
 };
 
-// Copies the warp's `rows` staged output rows (`pitch` elements apart in
-// shared memory) to Y, 16 bytes a lane: a warp stores whole 128-byte lines,
-// where the fragments' own 4-byte stores used half of each 32-byte sector
-// they sent (ncu on an H200).
-template <typename T, int kC2>
-__device__ inline void StoreStagedRows(const T* staged, int pitch, T* y, int64_t rows, int lane) {
-  constexpr int kVectors = kC2 * static_cast<int>(sizeof(T)) / 16;
-  constexpr int kElements = 16 / static_cast<int>(sizeof(T));
-  static_assert(kRowsPerWarp * kVectors % 32 == 0, "whole warps of vectors");
-#pragma unroll
-  for (int i = 0; i < kRowsPerWarp * kVectors / 32; ++i) {
-    const int v = 32 * i + lane;
-    const int row = v / kVectors, column = (v % kVectors) * kElements;
-    if (row < rows) {
-      *reinterpret_cast<uint4*>(y + row * int64_t{kC2} + column) =
-          *reinterpret_cast<const uint4*>(staged + row * pitch + column);
-    }
-  }
-}
-
 // kC0, kC2: 32 or 64 (each further count costs compile time; the wgmma
 // path needs multiples of 32, and a wgmma instruction of N = C2); c1 a
 // multiple of 32. Shared memory as PointwisePairSharedBytes counts it: w0
@@ -125,7 +105,7 @@ __global__ void __launch_bounds__(kThreads, 2)
                         const T* __restrict__ w1, const T* __restrict__ bias1,
                         Activation activation1, T* __restrict__ y, int64_t pixels, int c1) {
   AwaitPreviousKernel();
-  constexpr int kRow0 = kC0 + kPad, kSteps0 = kC0 / 16, kBlocks2 = kC2 / 8, kVectors0 = kC0 / 8;
+  constexpr int kRow0 = kC0 + kPad, kSteps0 = kC0 / 16, kBlocks2 = kC2 / 8;
   const int row1 = c1 + kPad;
   const bool relu0 =
       activation0.kind == ActivationKind::kRelu && activation0.negative_slope == 0.f;
@@ -143,15 +123,8 @@ __global__ void __launch_bounds__(kThreads, 2)
   float* const shared_bias1 = shared_bias0 + c1;
   const int thread = threadIdx.x, lane = thread & 31, warp = thread >> 5;
   const int64_t tiles = (pixels + kTile - 1) / kTile;
-  // Pixels past the last are zeros (their outputs are not stored).
   const auto load_tile = [&](int64_t tile, int buffer) {
-    for (int v = thread; v < kTile * kVectors0; v += kThreads) {
-      const int r = v / kVectors0, c = (v % kVectors0) * 8;
-      const int64_t pixel = tile * kTile + r;
-      const bool valid = pixel < pixels;
-      CopyAsync16(shared_x + (buffer * kTile + r) * kRow0 + c, x + (valid ? pixel * kC0 + c : 0),
-                  valid);
-    }
+    CopyInputTile<T, kC0>(shared_x, buffer, x, tile, pixels, thread);
   };
   CopyFirstWeights<T, kC0>(shared_w0, w0, c1, thread);
   const int vectors1 = c1 / 8;
@@ -160,20 +133,11 @@ __global__ void __launch_bounds__(kThreads, 2)
     CopyAsync16(shared_w1 + (kWarpgroupPair ? SwizzledWeight(kC2, r, c) : r * row1 + c),
                 w1 + r * c1 + c, true);
   }
-  for (int i = thread; i < c1; i += kThreads) {
-    shared_bias0[i] = bias0 != nullptr ? ToFloat(bias0[i]) : 0.f;
-  }
-  for (int i = thread; i < kC2; i += kThreads) {
-    shared_bias1[i] = bias1 != nullptr ? ToFloat(bias1[i]) : 0.f;
-  }
+  CopyBias(shared_bias0, bias0, c1, thread);
+  CopyBias(shared_bias1, bias1, kC2, thread);
   int64_t tile = blockIdx.x;
   if (tile < tiles) load_tile(tile, 0);
-  CopyAsyncCommit();
-  CopyAsyncWait<0>();
-  // wgmma reads the weights through the async proxy: this thread's copies
-  // made visible to it before the barrier.
-  if constexpr (kWarpgroupPair) FenceProxyAsyncShared();
-  __syncthreads();
+  AwaitFirstCopies();
 
   // Fragment coordinates: C and A rows g (and g + 8), columns 2t; the rows
   // and columns whose addresses this lane gives ldmatrix for A and for B.
@@ -228,7 +192,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     }
     if constexpr (kStaged) {
       __syncwarp();
-      StoreStagedRows<T, kC2>(tile_x, kRow0, y + first_row * kC2, valid_rows, lane);
+      StoreStagedRows<T, kC2>(tile_x, kRow0, y + first_row * kC2, kC2, valid_rows, lane);
     }
     CopyAsyncWait<0>();
     __syncthreads();

@@ -114,6 +114,63 @@ __device__ inline int SwizzledWeight(int rows, int row, int k) {
   return (k / 32) * rows * 32 + row * 32 + (((k % 32) / 8) ^ ((row >> 1) & 3)) * 8 + k % 8;
 }
 
+// Copies tile `tile` of x (kTile pixels of C0 channels) into input buffer
+// `buffer` from `shared_x` (rows of C0 + kPad elements) with cp.async;
+// pixels past the last as zeros (their outputs are not stored).
+template <typename T, int kC0>
+__device__ inline void CopyInputTile(T* shared_x, int buffer, const T* x, int64_t tile,
+                                     int64_t pixels, int thread) {
+  constexpr int kRow0 = kC0 + kPad, kVectors0 = kC0 / 8;
+  for (int v = thread; v < kTile * kVectors0; v += kThreads) {
+    const int r = v / kVectors0, c = (v % kVectors0) * 8;
+    const int64_t pixel = tile * kTile + r;
+    const bool valid = pixel < pixels;
+    CopyAsync16(shared_x + (buffer * kTile + r) * kRow0 + c, x + (valid ? pixel * kC0 + c : 0),
+                valid);
+  }
+}
+
+// A bias (null: none) into shared memory as `n` floats.
+template <typename T>
+__device__ inline void CopyBias(float* shared_bias, const T* bias, int n, int thread) {
+  for (int i = thread; i < n; i += kThreads) {
+    shared_bias[i] = bias != nullptr ? ToFloat(bias[i]) : 0.f;
+  }
+}
+
+// Waits for the block's first copies (cp.async: weights and first tile)
+// and makes them visible to every thread, and to wgmma, which reads the
+// weights through the async proxy (each thread fences its own copies
+// before the barrier).
+__device__ inline void AwaitFirstCopies() {
+  CopyAsyncCommit();
+  CopyAsyncWait<0>();
+  if constexpr (kWarpgroupPair) FenceProxyAsyncShared();
+  __syncthreads();
+}
+
+// Copies the warp's first `rows` staged rows of kColumns elements (`pitch`
+// elements apart in shared memory) to rows of Y `y_pitch` elements apart
+// from `y`, 16 bytes a lane: a warp stores whole 32-byte sectors (whole
+// 128-byte lines for 64 16-bit columns), where the fragments' own 4-byte
+// stores used half of each sector they sent (ncu on an H200).
+template <typename T, int kColumns>
+__device__ inline void StoreStagedRows(const T* staged, int pitch, T* y, int64_t y_pitch,
+                                       int64_t rows, int lane) {
+  constexpr int kVectors = kColumns * static_cast<int>(sizeof(T)) / 16;
+  constexpr int kElements = 16 / static_cast<int>(sizeof(T));
+  static_assert(kRowsPerWarp * kVectors % 32 == 0, "whole warps of vectors");
+#pragma unroll
+  for (int i = 0; i < kRowsPerWarp * kVectors / 32; ++i) {
+    const int v = 32 * i + lane;
+    const int row = v / kVectors, column = (v % kVectors) * kElements;
+    if (row < rows) {
+      *reinterpret_cast<uint4*>(y + row * y_pitch + column) =
+          *reinterpret_cast<const uint4*>(staged + row * pitch + column);
+    }
+  }
+}
+
 // Copies the first conv's weights ([c1][C0], C0 contiguous) into shared
 // memory as its MMAs read them: swizzled (SwizzledWeight) for wgmma, rows
 // of C0 + kPad elements for mma.sync. cp.async: the caller commits and
