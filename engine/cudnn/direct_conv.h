@@ -45,7 +45,7 @@
 // kernel's first conv on its own (engine/cudnn/direct_pointwise.cu). Blocks
 // keep the weights in shared memory and stream 128-pixel tiles through it;
 // knob 5 is the blocks launched per SM (2 or 1). For the layers with many
-// pixels and a short reduction, memory-bound, where cuDNN ran at 57-71% of
+// pixels and a short reduction, memory-bound, where cuDNN ran at 57-69% of
 // the bandwidth floor (ResNet-50's 64->64 and 64->256 at batch 32).
 //
 // On the direct path an EngineConfigId names our engine and its knobs in our

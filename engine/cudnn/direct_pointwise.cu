@@ -12,9 +12,9 @@
 // contiguous bytes a pixel, 16 bytes a lane.
 //
 // It is for the layers where the pixels are many and the reduction short
-// (ResNet-50's 64->64 and 64->256 at 56x56, batch 32): a stream of 128 or
-// 256 bytes in and up to 1 KiB out a pixel, where cuDNN's kernels ran at
-// 57-71% of the memory-bandwidth floor (docs/cudnn.md, "Dense layers").
+// (ResNet-50's 64->64 and 64->256 at 56x56, batch 32): a stream of 64 or
+// 128 bytes in and up to 1 KiB out a pixel, where cuDNN's kernels ran at
+// 57-69% of the memory-bandwidth floor (docs/cudnn.md, "1x1 streams").
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
