@@ -16,6 +16,7 @@ binaries=(convserve-server convserve-prober convserve-load convserve-health
           tests/dynamic_batching_gpu_test tests/warmup_gpu_test tests/slice_copies_test
           tests/direct_conv_gpu_test tests/direct_gemm_gpu_test tests/direct_narrow_gpu_test
           tests/direct_pointwise_gpu_test
+          tests/direct_halo_gpu_test
           tests/pointwise_pair_gpu_test tests/dependent_launch_gpu_test
           tests/knob_search_gpu_test
           tests/gpu_fault_test

@@ -42,6 +42,7 @@ if [[ " $steps " == *" tests "* ]]; then
   gtest direct_gemm_gpu_test 300 "^direct gemm, |^race"
   gtest direct_narrow_gpu_test 300 "^direct narrow|^race"
   gtest direct_pointwise_gpu_test 300 "^direct pointwise|^race"
+  gtest direct_halo_gpu_test 300 "^direct halo|^race"
   gtest pointwise_pair_gpu_test 300 "^pointwise pair|^pool "
   gtest dependent_launch_gpu_test 200 "^dependent launch|^chain "
   gtest knob_search_gpu_test 300 "^knob search|  float|  bfloat|winner|alone by name"

@@ -17,6 +17,9 @@ constexpr int64_t kTileChannelChoices[] = {64, 32};
 constexpr int64_t kSplitChoices[] = {1, 2, 4, 8};
 constexpr int64_t kTilePixelChoices[] = {128, 64};
 constexpr int64_t kBlocksPerSmChoices[] = {2, 1};
+constexpr int64_t kTileRowChoices[] = {4, 8};
+// An H100's shared memory per SM (1 KiB of it reserved for each block).
+constexpr int64_t kSharedBytesPerSm = 228 << 10;
 // The GEMM engines' configurations are listed best guess first: the one
 // whose block count comes nearest this (an H100's 132 SMs).
 constexpr double kBlocksGuess = 132;
@@ -112,7 +115,65 @@ std::string DirectPointwiseRejection(const ConvLayerProblem& problem) {
   return SizeRejection(problem);
 }
 
+std::string DirectHaloRejection(const ConvLayerProblem& problem) {
+  if (problem.dtype != DType::kFloat16 && problem.dtype != DType::kBFloat16) {
+    return "the halo GEMM runs float16 and bfloat16 only";
+  }
+  if (!problem.channels_last) return "the halo GEMM runs channels-last (NHWC) tensors only";
+  if (!IsDense(problem) || problem.groups() != 1) {
+    return "the halo GEMM runs dense 2-D convolutions only";
+  }
+  if (problem.weights[2] != 3 || problem.weights[3] != 3) return "the halo GEMM runs 3x3 kernels only";
+  for (size_t d = 0; d < problem.stride.size(); ++d) {
+    if (problem.stride[d] != 1 || problem.dilation[d] != 1) {
+      return "the halo GEMM needs stride and dilation 1";
+    }
+  }
+  const int64_t c = problem.input[1], k = problem.output[1];
+  if (c != 32 && c != 64) {
+    return absl::StrCat("the halo GEMM is built for 32 or 64 input channels (have ", c, ")");
+  }
+  if (k % 32 != 0) {
+    return absl::StrCat("the halo GEMM needs output channels a multiple of 32 (have ", k, ")");
+  }
+  return SizeRejection(problem);
+}
+
+int64_t DirectHaloSharedBytes(const ConvLayerProblem& problem, int64_t rows, int64_t channels) {
+  const int64_t c = problem.input[1];
+  const int64_t halo = (rows + 2) * (kDirectHaloTileColumns + 2) * (c + kPointwisePairPad);
+  const int64_t staged = rows * 16 * (channels + kPointwisePairPad);
+  return (9 * channels * c + 2 * halo + staged) * static_cast<int64_t>(DTypeSize(problem.dtype)) +
+         channels * static_cast<int64_t>(sizeof(float));
+}
+
 namespace {
+
+// The halo GEMM's configurations with the blocks each launches (all that
+// fit at once, one a tile at most; two an SM where the shared memory lets
+// them on an H100).
+std::vector<std::pair<double, EngineConfigId>> HaloConfigs(const ConvLayerProblem& problem) {
+  const int64_t k = problem.output[1];
+  std::vector<std::pair<double, EngineConfigId>> configs;
+  for (int64_t rows : kTileRowChoices) {
+    const int64_t tiles = problem.output[0] * ((problem.output[2] + rows - 1) / rows) *
+                          ((problem.output[3] + kDirectHaloTileColumns - 1) /
+                           kDirectHaloTileColumns);
+    for (int64_t channels : kTileChannelChoices) {
+      if (k % channels != 0) continue;
+      EngineConfigId id;
+      id.path = LayerPath::kDirect;
+      id.engine = kDirectHaloEngine;
+      id.knobs = {{kDirectKnobTileChannels, channels}, {kDirectKnobTileRows, rows}};
+      const int64_t per_sm = std::min<int64_t>(
+          2, kSharedBytesPerSm / (DirectHaloSharedBytes(problem, rows, channels) + 1024));
+      configs.emplace_back(
+          static_cast<double>(std::min<int64_t>(tiles * (k / channels), per_sm * kBlocksGuess)),
+          std::move(id));
+    }
+  }
+  return configs;
+}
 
 // The pointwise GEMM's configurations with the blocks each launches (one a tile at most).
 std::vector<std::pair<double, EngineConfigId>> PointwiseConfigs(const ConvLayerProblem& problem) {
@@ -131,8 +192,8 @@ std::vector<std::pair<double, EngineConfigId>> PointwiseConfigs(const ConvLayerP
   return configs;
 }
 
-// The implicit GEMM's configurations, and the pointwise GEMM's where it
-// runs `problem`, nearest kBlocksGuess blocks first.
+// The implicit GEMM's configurations, and the pointwise or halo GEMM's
+// where it runs `problem`, nearest kBlocksGuess blocks first.
 std::vector<EngineConfigId> GemmConfigs(const ConvLayerProblem& problem) {
   const int64_t pixels = problem.output[0] * problem.output[2] * problem.output[3];
   const int64_t pixel_tiles = (pixels + kDirectGemmTilePixels - 1) / kDirectGemmTilePixels;
@@ -152,6 +213,9 @@ std::vector<EngineConfigId> GemmConfigs(const ConvLayerProblem& problem) {
   }
   if (DirectPointwiseRejection(problem).empty()) {
     for (auto& config : PointwiseConfigs(problem)) configs.push_back(std::move(config));
+  }
+  if (DirectHaloRejection(problem).empty()) {
+    for (auto& config : HaloConfigs(problem)) configs.push_back(std::move(config));
   }
   return NearestBlocksFirst(std::move(configs));
 }

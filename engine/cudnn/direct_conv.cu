@@ -473,6 +473,7 @@ absl::Status LaunchDirectConv(const ConvLayerProblem& problem, const EngineConfi
   if (id.engine == kDirectGemmEngine) return LaunchDirectGemm(problem, id, b, stream);
   if (id.engine == kDirectNarrowEngine) return LaunchDirectNarrow(problem, id, b, stream);
   if (id.engine == kDirectPointwiseEngine) return LaunchDirectPointwise(problem, id, b, stream);
+  if (id.engine == kDirectHaloEngine) return LaunchDirectHalo(problem, id, b, stream);
   const int64_t vector_bytes = DirectKnob(id, kDirectKnobVectorBytes);
   switch (DirectKnob(id, kDirectKnobColumns)) {
     case 1:

@@ -1,6 +1,6 @@
 // convserve's own convolution kernels, the "direct" layer path: autotune
 // races them against cuDNN's engines, timed the same way, and keeps the
-// faster (issue 12). Four engines, each applying the bias and activation
+// faster (issue 12). Five engines, each applying the bias and activation
 // before the one rounding, as a fused cuDNN plan does:
 //
 // Engine 0, depthwise 2-D convolution (groups == C == K). cuDNN's depthwise
@@ -48,9 +48,18 @@
 // pixels and a short reduction, memory-bound, where cuDNN ran at 57-69% of
 // the bandwidth floor (ResNet-50's 64->64 and 64->256 at batch 32).
 //
+// Engine 4, the halo GEMM, for 3x3 convs with stride and dilation 1 (any
+// padding) on 32 or 64 channels (float16 or bfloat16, channels-last) into
+// K, a multiple of 32 (engine/cudnn/direct_halo.cu). Blocks keep the
+// weights of 32 or 64 output channels (knob 2) in shared memory and loop
+// over tiles of 4 or 8 output rows (knob 6) by kDirectHaloTileColumns
+// columns, copying the input a tile reads, with its 1-pixel halo, once:
+// its MMAs read each tap's A fragments from that copy, so the input is
+// read about 1.5 times instead of 9. For ResNet-50's 3x3 64 @ 56.
+//
 // On the direct path an EngineConfigId names our engine and its knobs in our
 // own numbering ("direct:e0:k0=2,k1=16", "direct:e1:k2=64,k3=4",
-// "direct:e2:k4=128", "direct:e3:k5=2"). This file
+// "direct:e2:k4=128", "direct:e3:k5=2", "direct:e4:k2=64,k6=4"). This file
 // is the part that needs no GPU (which problems and configurations exist);
 // the kernels are in direct_conv_kernel.h.
 #ifndef CONVSERVE_ENGINE_CUDNN_DIRECT_CONV_H_
@@ -96,6 +105,12 @@ inline constexpr int64_t kDirectKnobBlocksPerSm = 5;
 // an SM on an H100) and the compute capability it needs (mma.sync).
 inline constexpr int64_t kDirectPointwiseMaxChannels = 512;
 inline constexpr int kDirectPointwiseComputeCapability = 80;
+inline constexpr int64_t kDirectHaloEngine = 4;
+inline constexpr int64_t kDirectKnobTileRows = 6;
+// The halo GEMM's output columns a tile (one warp's 16 MMA rows) and the
+// compute capability it needs (mma.sync).
+inline constexpr int64_t kDirectHaloTileColumns = 16;
+inline constexpr int kDirectHaloComputeCapability = 80;
 // Kernel taps (R*S) the depthwise engine keeps in shared memory per channel.
 inline constexpr int64_t kDirectMaxTaps = 256;
 // Elements of the input or the output the engine indexes (32-bit).
@@ -123,6 +138,13 @@ DirectNarrowLayout DirectNarrowLayoutOf(const ConvLayerProblem& problem, int64_t
 // Why the pointwise GEMM (engine 3) does not run `problem`, or "" when it
 // does (the implicit GEMM runs every such layer too).
 std::string DirectPointwiseRejection(const ConvLayerProblem& problem);
+
+// Why the halo GEMM (engine 4) does not run `problem`, or "" when it does
+// (the implicit GEMM runs every such layer too).
+std::string DirectHaloRejection(const ConvLayerProblem& problem);
+// The shared memory a block of the halo GEMM takes on `problem` with tiles
+// of `rows` output rows by `channels` output channels.
+int64_t DirectHaloSharedBytes(const ConvLayerProblem& problem, int64_t rows, int64_t channels);
 
 // Whether the direct path has an engine for `problem`'s kind of layer at all
 // (a 2-D depthwise or dense conv), so the search tries the path.

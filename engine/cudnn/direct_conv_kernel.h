@@ -53,6 +53,10 @@ absl::Status LaunchDirectNarrow(const ConvLayerProblem& problem, const EngineCon
 // FAILED_PRECONDITION below compute capability 8.0.
 absl::Status LaunchDirectPointwise(const ConvLayerProblem& problem, const EngineConfigId& id,
                                    const ConvLayerBuffers& buffers, cudaStream_t stream);
+// LaunchDirectConv for the halo GEMM (engine kDirectHaloEngine).
+// FAILED_PRECONDITION below compute capability 8.0.
+absl::Status LaunchDirectHalo(const ConvLayerProblem& problem, const EngineConfigId& id,
+                              const ConvLayerBuffers& buffers, cudaStream_t stream);
 
 }  // namespace convserve
 

@@ -35,23 +35,6 @@ namespace convserve {
 namespace pair_kernel {
 namespace {
 
-// Writes a chunk's rounded values (`a`: the layout of the second conv's A
-// fragments in the pair, HiddenChunk) into the warp's 16 staged rows of
-// `pitch` elements, 32 columns from `staged`: register k*4 + i holds row g
-// (i even) or g + 8 (i odd), columns 16k + 2t (i < 2) or 16k + 8 + 2t.
-template <typename T>
-__device__ inline void StageChunk(const unsigned (&a)[kM][2][4], T* staged, int pitch, int g,
-                                  int t) {
-#pragma unroll
-  for (int k = 0; k < 2; ++k) {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int row = g + 8 * (i & 1), column = 16 * k + 8 * (i >> 1) + 2 * t;
-      *reinterpret_cast<unsigned*>(staged + row * pitch + column) = a[0][k][i];
-    }
-  }
-}
-
 // The chunks of K for the warp's rows (`x`: their A fragments): `emit(acc,
 // chunk)` gets each chunk's float32 sums. wgmma: two chunks issued at once,
 // the second's MMAs running during the first's epilogue, nothing in flight

@@ -30,6 +30,7 @@ constexpr DirectEngineNeeds kDirectEngineNeeds[] = {
     {kDirectNarrowEngine, "the narrow GEMM", "mma.sync", kDirectNarrowComputeCapability, true},
     {kDirectPointwiseEngine, "the pointwise GEMM", "mma.sync", kDirectPointwiseComputeCapability,
      false},
+    {kDirectHaloEngine, "the halo GEMM", "mma.sync", kDirectHaloComputeCapability, false},
 };
 
 const DirectEngineNeeds* DirectNeedsOf(const EngineConfigId& id) {

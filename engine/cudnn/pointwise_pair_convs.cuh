@@ -171,6 +171,23 @@ __device__ inline void StoreStagedRows(const T* staged, int pitch, T* y, int64_t
   }
 }
 
+// Writes a chunk's rounded values (`a`: the layout of the second conv's A
+// fragments in the pair, HiddenChunk) into the warp's 16 staged rows of
+// `pitch` elements, 32 columns from `staged`: register k*4 + i holds row g
+// (i even) or g + 8 (i odd), columns 16k + 2t (i < 2) or 16k + 8 + 2t.
+template <typename T>
+__device__ inline void StageChunk(const unsigned (&a)[kM][2][4], T* staged, int pitch, int g,
+                                  int t) {
+#pragma unroll
+  for (int k = 0; k < 2; ++k) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int row = g + 8 * (i & 1), column = 16 * k + 8 * (i >> 1) + 2 * t;
+      *reinterpret_cast<unsigned*>(staged + row * pitch + column) = a[0][k][i];
+    }
+  }
+}
+
 // Copies the first conv's weights ([c1][C0], C0 contiguous) into shared
 // memory as its MMAs read them: swizzled (SwizzledWeight) for wgmma, rows
 // of C0 + kPad elements for mma.sync. cp.async: the caller commits and

@@ -126,13 +126,16 @@ class DirectGemmTest : public CudnnDeviceTest {
     const std::vector<EngineConfigId> configs = DirectConvConfigs(problem);
     EXPECT_FALSE(configs.empty()) << problem.Describe() << ": " << DirectConvRejection(problem);
 
-    // The pointwise GEMM's configurations come with the GEMM's for the 1x1
-    // layers it runs (direct_pointwise_gpu_test checks it).
+    // The pointwise and halo GEMMs' configurations come with the GEMM's for
+    // the 1x1 and 3x3 layers they run (direct_pointwise_gpu_test and
+    // direct_halo_gpu_test check them).
     std::vector<EngineConfigId> gemm;
     for (const EngineConfigId& id : configs) {
-      if (id.engine != kDirectPointwiseEngine) gemm.push_back(id);
+      EXPECT_TRUE(id.engine == kDirectGemmEngine || id.engine == kDirectPointwiseEngine ||
+                  id.engine == kDirectHaloEngine)
+          << id.ToString();
+      if (id.engine == kDirectGemmEngine) gemm.push_back(id);
     }
-    for (const EngineConfigId& id : gemm) EXPECT_EQ(id.engine, kDirectGemmEngine);
     if (HasClusters()) {
       return RunWorkspaceFreeConfigs(layer, gemm, TensorCoreBound(c.dtype), c.Describe());
     }
@@ -190,7 +193,8 @@ TEST_F(DirectGemmTest, AutotuneRacesTheImplicitGemm) {
     const size_t configs = DirectConvConfigs(layer.problem).size();
     const size_t raced = std::min<size_t>(configs, EngineSelection().autotune_candidates);
     for (bool direct : {true, false}) {
-      const DirectRace race = RaceDirect(layer.problem, {kDirectGemmEngine, kDirectPointwiseEngine}, direct);
+      const DirectRace race = RaceDirect(
+          layer.problem, {kDirectGemmEngine, kDirectPointwiseEngine, kDirectHaloEngine}, direct);
       EXPECT_EQ(race.tried, direct ? raced : 0u) << c.Describe();
       ASSERT_TRUE(race.best.has_value());
       if (direct) {

@@ -1,6 +1,6 @@
 // Which layers and configurations the direct path has (direct_conv.h): the
-// depthwise kernel, the implicit GEMM, the narrow GEMM and the pointwise
-// GEMM, and how the selection filters treat it: --direct_kernels, the cuDNN
+// depthwise kernel, the implicit GEMM, the narrow GEMM, the pointwise GEMM
+// and the halo GEMM, and how the selection filters treat it: --direct_kernels, the cuDNN
 // engine blocklist (which does not apply to our engine numbers) and errata
 // rules (which apply only when they name the path). No GPU needed.
 #include "engine/cudnn/direct_conv.h"
@@ -367,6 +367,90 @@ TEST(DirectConvTest, OneByOneLayersOnFewChannelsHaveThePointwiseGemm) {
   EXPECT_NE(ConfigRejection(selection, target, p, ConfigId("direct:e3:k5=2"))
                 .find("the pointwise GEMM needs mma.sync (compute capability 8.0; this GPU has "
                       "7.5)"),
+            std::string::npos);
+}
+
+// ResNet-50's 3x3 64 @ 56, float16 NHWC, at batch `n`.
+ConvLayerProblem ThreeByThree(int64_t n) {
+  ConvLayerProblem p = Depthwise();
+  p.input = {n, 64, 56, 56};
+  p.weights = {64, 64, 3, 3};
+  p.output = {n, 64, 56, 56};
+  return p;
+}
+
+TEST(DirectConvTest, ThreeByThreeLayersOnFewChannelsHaveTheHaloGemm) {
+  ConvLayerProblem p = ThreeByThree(1);
+  EXPECT_EQ(DirectHaloRejection(p), "");
+  // Batch 1: 14 x 4 tiles of 4 rows by 16 columns, 7 x 4 of 8 rows; 64
+  // channels a block, or 2 x 32. The halo GEMM's 112 blocks (4 rows, 32
+  // channels) come nearest 132, then the implicit GEMM's 98 (49 tiles of
+  // 64 channels, each split in 2).
+  const std::vector<std::string> names = ConfigNames(p);
+  ASSERT_GE(names.size(), 4u);
+  EXPECT_EQ(names[0], "direct:e4:k2=32,k6=4");
+  EXPECT_EQ(names[1], "direct:e1:k2=64,k3=2");
+  int halo = 0;
+  for (const std::string& name : names) halo += name.rfind("direct:e4:", 0) == 0;
+  EXPECT_EQ(halo, 4);
+  // The shared memory of a block: 9 taps of 64 x 64 weights, two halos of
+  // 6 x 18 pixels (rows of 72 elements), 4 warps' 16 staged rows of 72,
+  // and 64 float biases: two blocks fit an H100's SM.
+  EXPECT_EQ(DirectHaloSharedBytes(p, 4, 64),
+            (9 * 64 * 64 + 2 * 6 * 18 * 72 + 4 * 16 * 72) * 2 + 64 * 4);
+  EXPECT_LE(2 * (DirectHaloSharedBytes(p, 4, 64) + 1024), 228 << 10);
+  // Any padding, 32 channels, bfloat16, K a multiple of 32 (no 64-channel
+  // tile when 64 does not divide it).
+  p.dtype = DType::kBFloat16;
+  p.input = {2, 32, 9, 13};
+  p.weights = {96, 32, 3, 3};
+  p.pad_before = {0, 2};
+  p.pad_after = {2, 0};
+  p.output = {2, 96, 9, 13};
+  EXPECT_EQ(DirectHaloRejection(p), "");
+  EXPECT_EQ(DirectConfigRejection(p, ConfigId("direct:e4:k2=32,k6=8")), "");
+  EXPECT_NE(DirectConfigRejection(p, ConfigId("direct:e4:k2=64,k6=8")), "");
+  EXPECT_NE(DirectConfigRejection(p, ConfigId("direct:e4:k2=32,k6=2")), "");
+
+  // What it refuses (the implicit GEMM still runs each).
+  const auto rejection = [](ConvLayerProblem q) {
+    for (const EngineConfigId& id : DirectConvConfigs(q)) {
+      EXPECT_NE(id.engine, kDirectHaloEngine) << id.ToString();
+    }
+    EXPECT_FALSE(DirectConvConfigs(q).empty());
+    return DirectHaloRejection(q);
+  };
+  ConvLayerProblem q = ThreeByThree(1);
+  q.dtype = DType::kFloat32;
+  EXPECT_EQ(rejection(q), "the halo GEMM runs float16 and bfloat16 only");
+  q = ThreeByThree(1);
+  q.input[1] = q.weights[1] = 128;
+  EXPECT_EQ(rejection(q), "the halo GEMM is built for 32 or 64 input channels (have 128)");
+  q = ThreeByThree(1);
+  q.output[1] = q.weights[0] = 40;
+  EXPECT_EQ(rejection(q), "the halo GEMM needs output channels a multiple of 32 (have 40)");
+  q = ThreeByThree(1);
+  q.stride = {2, 2};
+  q.output[2] = q.output[3] = 28;
+  EXPECT_EQ(rejection(q), "the halo GEMM needs stride and dilation 1");
+  q = ThreeByThree(1);
+  q.dilation = {1, 2};
+  q.output[3] = 54;
+  EXPECT_EQ(rejection(q), "the halo GEMM needs stride and dilation 1");
+  q = ThreeByThree(1);
+  q.weights[2] = q.weights[3] = 1;
+  q.pad_before = q.pad_after = {0, 0};
+  EXPECT_EQ(rejection(q), "the halo GEMM runs 3x3 kernels only");
+
+  // It needs mma.sync (compute capability 8.0) and multiplies no float32.
+  EngineSelection selection;
+  selection.strict_float32 = true;
+  CudnnTarget target;
+  target.compute_capability = 80;
+  EXPECT_EQ(ConfigRejection(selection, target, p, ConfigId("direct:e4:k2=32,k6=4")), "");
+  target.compute_capability = 75;
+  EXPECT_NE(ConfigRejection(selection, target, p, ConfigId("direct:e4:k2=32,k6=4"))
+                .find("the halo GEMM needs mma.sync (compute capability 8.0; this GPU has 7.5)"),
             std::string::npos);
 }
 

@@ -1,0 +1,315 @@
+// The direct path's halo GEMM (engine 4 of engine/cudnn/direct_conv.h): a
+// 3x3 conv with stride and dilation 1 on 32 or 64 channels, float16 or
+// bfloat16 channels-last. A block keeps the weights of its 32 or 64 output
+// channels (9 taps of [K][C]) and their bias in shared memory for its life
+// and loops over tiles of 4 or 8 output rows by 16 columns. For each tile
+// it copies the input the tile reads, its rows and columns plus a 1-pixel
+// halo (zeros outside the image), once (cp.async, the next tile's during
+// this one's MMAs); each warp owns one output row of the tile, 16 pixels,
+// and for each tap reads its A fragments from the halo with ldmatrix, whose
+// per-lane row addresses do the im2col for free. So the input is read from
+// global memory about 1.4-1.7 times, not 9 as a GEMM step per tap reads
+// it (engine 1). The MMAs are wgmma with A from registers on sm_90a (one
+// m64nK16 per 16 channels of a tap, the next tap's fragments loaded while
+// they run), mma.sync elsewhere; the epilogue (bias, activation, one
+// rounding) and the staged 16-byte stores are the pointwise pair kernel's
+// (pointwise_pair_convs.cuh).
+//
+// It is for ResNet-50's 3x3 64 @ 56, where at batch 1 the implicit GEMM
+// took 4.8 us (cuDNN 5.0-5.4) and at batch 32 cuDNN's kernel ran at 32% of
+// its floor (docs/cudnn.md, "3x3 tiles with a halo").
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "absl/strings/str_cat.h"
+#include "engine/activation.h"
+#include "engine/cudnn/cudnn_status.h"
+#include "engine/cudnn/dependent_launch.h"
+#include "engine/cudnn/direct_conv.h"
+#include "engine/cudnn/direct_conv_kernel.h"
+#include "engine/cudnn/pointwise_pair_convs.cuh"
+#include "engine/cudnn/tensor_core.cuh"
+#include "engine/status_macros.h"
+
+namespace convserve {
+namespace pair_kernel {
+namespace {
+
+constexpr int kTaps = 3;  // R and S
+constexpr int kColumns = static_cast<int>(kDirectHaloTileColumns);
+constexpr int kHaloColumns = kColumns + kTaps - 1;
+
+// Where a tile's output starts, and the input it reads.
+struct HaloTile {
+  int n, row, column;  // output: the image, its first row and column
+};
+
+__device__ inline HaloTile TileAt(int tile, const DirectConvDims& d, int rows) {
+  const int across = (d.q + kColumns - 1) / kColumns, down = (d.p + rows - 1) / rows;
+  HaloTile t;
+  t.column = (tile % across) * kColumns;
+  tile /= across;
+  t.row = (tile % down) * rows;
+  t.n = tile / down;
+  return t;
+}
+
+// Copies the input tile `tile` reads (kRows + 2 rows of kHaloColumns
+// pixels, C channels each in rows of C + kPad elements) into `halo` with
+// cp.async, zeros outside the image.
+template <typename T, int kC, int kRows>
+__device__ inline void CopyHalo(T* halo, const T* x, const DirectConvDims& d, int tile,
+                                int thread) {
+  constexpr int kVectors = kC / 8, kRow = kC + kPad;
+  constexpr int kPixels = (kRows + kTaps - 1) * kHaloColumns;
+  const HaloTile t = TileAt(tile, d, kRows);
+  for (int v = thread; v < kPixels * kVectors; v += 32 * kRows) {
+    const int pixel = v / kVectors, c = (v % kVectors) * 8;
+    const int iy = t.row - d.pad_h + pixel / kHaloColumns;
+    const int ix = t.column - d.pad_w + pixel % kHaloColumns;
+    const bool valid = iy >= 0 && iy < d.h && ix >= 0 && ix < d.w;
+    const int64_t offset = valid ? ((static_cast<int64_t>(t.n) * d.h + iy) * d.w + ix) * kC + c : 0;
+    CopyAsync16(halo + pixel * kRow + c, x + offset, valid);
+  }
+}
+
+// The accumulators of output channels [32i, 32i + 32) of a block's kKb, as
+// the pair's epilogue takes them (one m16 row block of 4 n8 blocks).
+template <int kKb>
+__device__ inline const float (&ChunkOf(const float (&acc)[kKb / 8][4], int i))[kM][4][4] {
+  return *reinterpret_cast<const float(*)[kM][4][4]>(&acc[4 * i]);
+}
+
+// One tap's MMAs for the warp's 16 pixels (A fragments `a`) by the tap's
+// weights `w` (kKb rows, swizzled as SwizzledWeight lays them out: wgmma
+// reads them through descriptors, mma.sync's ldmatrix reads 8 rows of 16
+// bytes in 8 distinct bank groups): one wgmma batch, issued and not waited
+// for (`first`: d = A B), or mma.sync into `acc`.
+template <typename T, int kC, int kKb>
+__device__ inline void TapMmas(const unsigned (&a)[kC / 16][4], const T* w, bool first,
+                               int b_row, int b_column, float (&acc)[kKb / 8][4]) {
+  if constexpr (kWarpgroupPair) {
+    WgmmaFence();
+#pragma unroll
+    for (int k = 0; k < kC / 16; ++k) {
+      WgmmaRegisterA<T, kKb>(
+          acc, a[k], WgmmaDescriptor64B(w + SwizzledWeight(kKb, 0, 32 * (k / 2))) + 2 * (k % 2),
+          !first || k > 0);
+    }
+    WgmmaCommit();
+  } else {
+#pragma unroll
+    for (int k = 0; k < kC / 16; ++k) {
+#pragma unroll
+      for (int n = 0; n < kKb / 8; n += 2) {
+        unsigned b[4];
+        LdMatrixX4(b, w + SwizzledWeight(kKb, n * 8 + b_row, k * 16 + b_column));
+        Mma<T>(acc[n], a[k], b[0], b[1]);
+        Mma<T>(acc[n + 1], a[k], b[2], b[3]);
+      }
+    }
+  }
+}
+
+// kC: 32 or 64 input channels; kRows: output rows a tile (one a warp);
+// kKb: the block's output channels (32 or 64), from blockIdx.y * kKb.
+// Shared memory as DirectHaloSharedBytes counts it: the weights (9 taps of
+// [kKb][kC], swizzled), two halo buffers, each warp's staged rows [16][kKb
+// + kPad] and the bias in float.
+template <typename T, int kC, int kRows, int kKb>
+__global__ void __launch_bounds__(32 * kRows)
+    HaloGemm(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ bias,
+             Activation activation, T* __restrict__ y, DirectConvDims d) {
+  AwaitPreviousKernel();
+  constexpr int kThreadCount = 32 * kRows, kRow = kC + kPad, kSteps = kC / 16;
+  constexpr int kHaloPixels = (kRows + kTaps - 1) * kHaloColumns, kStagedRow = kKb + kPad;
+  static_assert(kRows % 4 == 0, "whole warpgroups");
+  const bool relu = activation.kind == ActivationKind::kRelu && activation.negative_slope == 0.f;
+  const float clip = activation.has_upper_clip ? activation.upper_clip : INFINITY;
+  // 1024: each tap's weights start on a 512-byte boundary (kKb * kC * 2
+  // bytes a tap), where wgmma's swizzle repeats.
+  extern __shared__ __align__(1024) unsigned char shared[];
+  T* const shared_w = reinterpret_cast<T*>(shared);
+  T* const shared_x = shared_w + kTaps * kTaps * kKb * kC;
+  T* const staged_all = shared_x + 2 * kHaloPixels * kRow;
+  float* const shared_bias = reinterpret_cast<float*>(staged_all + kRows * 16 * kStagedRow);
+  const int thread = threadIdx.x, lane = thread & 31, warp = thread >> 5;
+  const int first_channel = blockIdx.y * kKb;
+
+  // The block's weights: KRSC in global memory, so output channel k's tap
+  // (r, s) is C contiguous elements at ((k * 3 + r) * 3 + s) * C.
+  constexpr int kVectors = kC / 8;
+  for (int v = thread; v < kTaps * kTaps * kKb * kVectors; v += kThreadCount) {
+    const int c = (v % kVectors) * 8, row = (v / kVectors) % kKb, tap = v / (kVectors * kKb);
+    T* const tap_w = shared_w + tap * kKb * kC;
+    CopyAsync16(tap_w + SwizzledWeight(kKb, row, c),
+                w + ((static_cast<int64_t>(first_channel) + row) * kTaps * kTaps + tap) * kC + c,
+                true);
+  }
+  for (int i = thread; i < kKb; i += kThreadCount) {
+    shared_bias[i] = bias != nullptr ? ToFloat(bias[first_channel + i]) : 0.f;
+  }
+  const int across = (d.q + kColumns - 1) / kColumns, down = (d.p + kRows - 1) / kRows;
+  const int tiles = d.n * down * across;
+  int tile = blockIdx.x;
+  if (tile < tiles) CopyHalo<T, kC, kRows>(shared_x, x, d, tile, thread);
+  AwaitFirstCopies();
+
+  const int g = lane >> 2, t = lane & 3;
+  const int a_row = lane & 15, a_column = (lane >> 4) * 8;
+  const int b_row = (lane & 7) + ((lane >> 4) << 3), b_column = ((lane >> 3) & 1) * 8;
+  T* const staged = staged_all + warp * 16 * kStagedRow;
+  for (int buffer = 0; tile < tiles; tile += gridDim.x, buffer ^= 1) {
+    if (tile + static_cast<int>(gridDim.x) < tiles) {
+      CopyHalo<T, kC, kRows>(shared_x + (buffer ^ 1) * kHaloPixels * kRow, x, d,
+                             tile + gridDim.x, thread);
+    }
+    CopyAsyncCommit();
+    // The warp's output row of the tile reads halo rows warp .. warp + 2;
+    // lane a_row's pixel at tap (r, s) is halo pixel (warp + r, a_row + s).
+    const T* const halo = shared_x + buffer * kHaloPixels * kRow +
+                          (warp * kHaloColumns + a_row) * kRow + a_column;
+    const auto load = [&](int tap, unsigned(&a)[kSteps][4]) {
+      const T* const pixel = halo + ((tap / kTaps) * kHaloColumns + tap % kTaps) * kRow;
+#pragma unroll
+      for (int s = 0; s < kSteps; ++s) LdMatrixX4(a[s], pixel + s * 16);
+    };
+    float acc[kKb / 8][4];
+    unsigned a[2][kSteps][4];
+    if constexpr (kWarpgroupPair) {
+      // Tap i's fragments are loaded while tap i - 1's batch runs; a
+      // fragment set is reloaded only after the batch that read it is done.
+      load(0, a[0]);
+#pragma unroll
+      for (int tap = 0; tap < kTaps * kTaps; ++tap) {
+        TapMmas<T, kC, kKb>(a[tap & 1], shared_w + tap * kKb * kC, tap == 0, b_row,
+                            b_column, acc);
+        if (tap + 1 < kTaps * kTaps) {
+          if (tap > 0) WgmmaWait<1>(acc);
+          load(tap + 1, a[(tap + 1) & 1]);
+        }
+      }
+      WgmmaWait<0>(acc);
+    } else {
+#pragma unroll
+      for (int f = 0; f < kKb / 8; ++f) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[f][e] = 0.f;
+      }
+#pragma unroll 1
+      for (int tap = 0; tap < kTaps * kTaps; ++tap) {
+        load(tap, a[0]);
+        TapMmas<T, kC, kKb>(a[0], shared_w + tap * kKb * kC, false, b_row, b_column, acc);
+      }
+    }
+
+    const HaloTile out = TileAt(tile, d, kRows);
+    const int row = out.row + warp;
+    const int64_t valid = row < d.p ? min(kColumns, d.q - out.column) : 0;
+    T* const y_row =
+        y + ((static_cast<int64_t>(out.n) * d.p + row) * d.q + out.column) * d.k + first_channel;
+#pragma unroll
+    for (int i = 0; i < kKb / 32; ++i) {
+      unsigned packed[kM][2][4];
+      if (relu) {
+        HiddenChunk(ChunkOf<kKb>(acc, i), shared_bias, 32 * i, t,
+                    PackRelu<T>{Pack<T>(clip, clip)}, packed);
+      } else {
+        WithKind(activation, HiddenEpilogue<T>{ChunkOf<kKb>(acc, i), packed, shared_bias,
+                                               activation, 32 * i, t});
+      }
+      StageChunk<T>(packed, staged + 32 * i, kStagedRow, g, t);
+    }
+    __syncwarp();
+    StoreStagedRows<T, kKb>(staged, kStagedRow, y_row, d.k, valid, lane);
+    CopyAsyncWait<0>();
+    __syncthreads();  // the halo read and the staged rows stored before they are overwritten
+  }
+}
+
+template <typename T, int kC, int kRows, int kKb>
+absl::Status Launch(const ConvLayerProblem& problem, const ConvLayerBuffers& b,
+                    cudaStream_t stream) {
+  const auto kernel = HaloGemm<T, kC, kRows, kKb>;
+  const int bytes = static_cast<int>(DirectHaloSharedBytes(problem, kRows, kKb));
+  // Over the default 48 KiB: opted into on every launch, as the GEMM does.
+  CUDA_RETURN_IF_ERROR(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  int per_sm = 0;
+  CUDA_RETURN_IF_ERROR(
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 32 * kRows, bytes));
+  if (per_sm < 1) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the halo GEMM's ", bytes, " bytes of shared memory a block do not fit on an SM"));
+  }
+  const DirectConvDims d = DirectConvDimsOf(problem);
+  const int64_t groups = d.k / kKb;
+  const int64_t tiles = static_cast<int64_t>(d.n) * ((d.p + kRows - 1) / kRows) *
+                        ((d.q + kColumns - 1) / kColumns);
+  const int64_t sms = CurrentDeviceAttribute(cudaDevAttrMultiProcessorCount, 1);
+  // Persistent: as many blocks as fit at once, each output channel group
+  // its share of them, one tile a block at least.
+  const int64_t blocks =
+      std::max<int64_t>(1, std::min(tiles, (per_sm * sms + groups - 1) / groups));
+  CUDA_RETURN_IF_ERROR(LaunchDependent(
+      kernel, dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(groups)),
+      dim3(32 * kRows), static_cast<size_t>(bytes), stream, static_cast<const T*>(b.x),
+      static_cast<const T*>(b.w), static_cast<const T*>(b.bias), problem.activation,
+      static_cast<T*>(b.y), d));
+  return absl::OkStatus();
+}
+
+template <typename T, int kC>
+absl::Status DispatchTile(const ConvLayerProblem& problem, const ConvLayerBuffers& b,
+                          int64_t rows, int64_t channels, cudaStream_t stream) {
+  if (rows == 4 && channels == 32) return Launch<T, kC, 4, 32>(problem, b, stream);
+  if (rows == 4 && channels == 64) return Launch<T, kC, 4, 64>(problem, b, stream);
+  if (rows == 8 && channels == 32) return Launch<T, kC, 8, 32>(problem, b, stream);
+  if (rows == 8 && channels == 64) return Launch<T, kC, 8, 64>(problem, b, stream);
+  return absl::InvalidArgumentError(
+      absl::StrCat("the halo GEMM has no tile of ", rows, " rows by ", channels, " channels"));
+}
+
+template <typename T>
+absl::Status DispatchChannels(const ConvLayerProblem& problem, const ConvLayerBuffers& b,
+                              int64_t rows, int64_t channels, cudaStream_t stream) {
+  switch (problem.input[1]) {
+    case 32: return DispatchTile<T, 32>(problem, b, rows, channels, stream);
+    case 64: return DispatchTile<T, 64>(problem, b, rows, channels, stream);
+  }
+  return absl::InvalidArgumentError("the halo GEMM is built for 32 or 64 input channels");
+}
+
+}  // namespace
+}  // namespace pair_kernel
+
+absl::Status LaunchDirectHalo(const ConvLayerProblem& problem, const EngineConfigId& id,
+                              const ConvLayerBuffers& buffers, cudaStream_t stream) {
+  if (CurrentDeviceAttribute(cudaDevAttrComputeCapabilityMajor, 0) * 10 <
+      kDirectHaloComputeCapability) {
+    return absl::FailedPreconditionError(
+        "the direct halo GEMM needs mma.sync (compute capability 8.0)");
+  }
+  const int64_t rows = DirectKnob(id, kDirectKnobTileRows);
+  const int64_t channels = DirectKnob(id, kDirectKnobTileChannels);
+  if (channels <= 0 || problem.output[1] % channels != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(id.ToString(), " does not divide the layer's ", problem.output[1],
+                     " output channels"));
+  }
+  switch (problem.dtype) {
+    case DType::kFloat16:
+      return pair_kernel::DispatchChannels<__half>(problem, buffers, rows, channels, stream);
+    case DType::kBFloat16:
+      return pair_kernel::DispatchChannels<__nv_bfloat16>(problem, buffers, rows, channels,
+                                                          stream);
+    case DType::kFloat32:
+      break;
+  }
+  return absl::InvalidArgumentError("the direct halo GEMM runs float16 and bfloat16 only");
+}
+
+}  // namespace convserve

@@ -1,0 +1,139 @@
+// The direct path's halo GEMM (engine 4 of engine/cudnn/direct_conv.h)
+// against the float64 reference, layer by layer:
+// - seeded random 3x3 layers it runs: float16 and bfloat16 NHWC, 32 or 64
+//   input channels, 32-256 outputs (multiples of 32), batch 1-3 at odd
+//   sizes 1-37 (rarely a whole number of 4- or 8-row by 16-column tiles),
+//   padding 0-2 on each side drawn apart (so asymmetric too, and rows of
+//   padding alone), and a quarter of them batch 4-8 at 40-56 so that every
+//   block loops over several tiles; every activation, with and without bias;
+// - ResNet-50's 3x3 64 @ 56 at batch 1 and 2, both dtypes;
+// each under every configuration (4 or 8 rows a tile, 32 or 64 output
+// channels a block), into an output filled with NaN and followed by guard
+// bytes: every element must be written, none past the end.
+// Then the engine search: autotune races it with the implicit GEMM and
+// cuDNN on ResNet-50's 3x3 64 @ 56 at batch 1 and 32 (every direct
+// candidate passes the prober's guarded-buffer checks) and prints each
+// side's best time. Skips without a GPU.
+//
+// CONVSERVE_HALO_SEED and CONVSERVE_HALO_CASES change the random layers.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "engine/cudnn/direct_conv.h"
+#include "gtest/gtest.h"
+#include "tests/test_util/cudnn_device_test.h"
+
+namespace convserve {
+namespace {
+
+// A random layer the halo GEMM runs.
+LayerCase DrawCase(std::mt19937_64* rng) {
+  LayerCase c;
+  c.dtype = DrawInRange(rng, 0, 1) == 0 ? DType::kFloat16 : DType::kBFloat16;
+  c.channels_last = true;
+  c.channels = 32 * DrawInRange(rng, 1, 2);
+  c.kernel_h = c.kernel_w = 3;
+  c.pad_top = DrawInRange(rng, 0, 2);
+  c.pad_bottom = DrawInRange(rng, 0, 2);
+  c.pad_left = DrawInRange(rng, 0, 2);
+  c.pad_right = DrawInRange(rng, 0, 2);
+  if (DrawInRange(rng, 0, 3) == 0) {
+    // Over 264 tiles (two blocks on each of 132 SMs) at 4 rows; few
+    // outputs, so the float64 reference stays quick.
+    c.batch = DrawInRange(rng, 4, 8);
+    c.height = DrawInRange(rng, 40, 56);
+    c.width = DrawInRange(rng, 40, 56);
+    c.out_channels = 32 * DrawInRange(rng, 1, 2);
+  } else {
+    c.batch = DrawInRange(rng, 1, 3);
+    // At least one output row and column.
+    c.height = DrawInRange(rng, std::max<int64_t>(1, 3 - c.pad_top - c.pad_bottom), 37);
+    c.width = DrawInRange(rng, std::max<int64_t>(1, 3 - c.pad_left - c.pad_right), 37);
+    c.out_channels = 32 * DrawInRange(rng, 1, 8);
+  }
+  c.bias = DrawInRange(rng, 0, 3) != 0;
+  c.activation = DrawActivation(rng);
+  return c;
+}
+
+// ResNet-50's 3x3 64 @ 56 (padding 1), with bias and ReLU.
+LayerCase ResNetCase(int64_t batch, DType dtype) {
+  LayerCase c;
+  c.name = "resnet50_56_3x3_64_64";
+  c.dtype = dtype;
+  c.channels_last = true;
+  c.batch = batch;
+  c.channels = c.out_channels = 64;
+  c.height = c.width = 56;
+  c.kernel_h = c.kernel_w = 3;
+  c.pad_top = c.pad_bottom = c.pad_left = c.pad_right = 1;
+  c.activation.kind = ActivationKind::kRelu;
+  return c;
+}
+
+class DirectHaloTest : public CudnnDeviceTest {
+ protected:
+  // Runs every halo configuration of `c` and checks each output; returns
+  // the largest relative L2 error.
+  double CheckCase(const LayerCase& c, std::mt19937_64* rng) {
+    const PreparedLayer layer = Prepare(c, rng);
+    if (!layer.ok) return INFINITY;
+    EXPECT_EQ(DirectHaloRejection(layer.problem), "") << layer.problem.Describe();
+    std::vector<EngineConfigId> configs;
+    for (const EngineConfigId& id : DirectConvConfigs(layer.problem)) {
+      if (id.engine == kDirectHaloEngine) configs.push_back(id);
+    }
+    EXPECT_EQ(configs.size(), c.out_channels % 64 == 0 ? 4u : 2u) << layer.problem.Describe();
+    return RunWorkspaceFreeConfigs(layer, configs, TensorCoreBound(c.dtype), c.Describe());
+  }
+};
+
+TEST_F(DirectHaloTest, RandomThreeByThreeLayersMatchTheReference) {
+  CheckRandomCases(
+      "direct halo", EnvOr("CONVSERVE_HALO_SEED", 20262901), EnvOr("CONVSERVE_HALO_CASES", 60),
+      DrawCase, [this](const LayerCase& c, std::mt19937_64* rng) { return CheckCase(c, rng); },
+      TensorCoreBound);
+}
+
+TEST_F(DirectHaloTest, ResNetLayerMatchesTheReference) {
+  std::mt19937_64 rng(7);
+  for (DType dtype : {DType::kFloat16, DType::kBFloat16}) {
+    for (int64_t batch : {1, 2}) {
+      const LayerCase c = ResNetCase(batch, dtype);
+      const double error = CheckCase(c, &rng);
+      std::printf("direct halo %-24s %-8s N=%lld max relative L2 %.3e\n", c.name.c_str(),
+                  DTypeName(dtype), static_cast<long long>(batch), error);
+      if (HasFailure()) return;
+    }
+  }
+}
+
+// Autotune races every configuration with the implicit GEMM's and cuDNN's
+// candidates (each direct one through the prober's guarded-buffer checks).
+TEST_F(DirectHaloTest, AutotuneRacesTheHaloGemm) {
+  std::mt19937_64 rng(17);
+  const LayerCase c = ResNetCase(1, DType::kFloat16);
+  const PreparedLayer layer = Prepare(c, &rng);
+  ASSERT_TRUE(layer.ok);
+  for (int64_t batch : {1, 32}) {
+    // The race needs the problem only (no reference at batch 32).
+    ConvLayerProblem problem = layer.problem;
+    problem.input[0] = problem.output[0] = batch;
+    const DirectRace race = RaceDirect(problem, {kDirectGemmEngine, kDirectHaloEngine}, true);
+    ASSERT_TRUE(race.best.has_value());
+    EXPECT_NE(race.times.find("direct:e4:"), std::string::npos) << race.times;
+    std::printf("race %-24s N=%-3lld winner %-24s %.4f ms; best direct %.4f ms, best cuDNN "
+                "%.4f ms\nrace %-24s N=%-3lld direct ms:%s\n",
+                c.name.c_str(), static_cast<long long>(batch), race.best->id().ToString().c_str(),
+                race.best->measured_ms(), race.best_direct, race.best_cudnn, c.name.c_str(),
+                static_cast<long long>(batch), race.times.c_str());
+  }
+}
+
+}  // namespace
+}  // namespace convserve
