@@ -30,6 +30,7 @@
 #include "engine/cudnn/dependent_launch.h"
 #include "engine/cudnn/direct_conv.h"
 #include "engine/cudnn/direct_conv_kernel.h"
+#include "engine/cudnn/fast_divisor.h"
 #include "engine/cudnn/pointwise_pair_convs.cuh"
 #include "engine/cudnn/tensor_core.cuh"
 #include "engine/status_macros.h"
@@ -42,39 +43,66 @@ constexpr int kTaps = 3;  // R and S
 constexpr int kColumns = static_cast<int>(kDirectHaloTileColumns);
 constexpr int kHaloColumns = kColumns + kTaps - 1;
 
-// Where a tile's output starts, and the input it reads.
+// Where a tile's output starts: the image, its first row and column.
 struct HaloTile {
-  int n, row, column;  // output: the image, its first row and column
+  int n, row, column;
 };
 
-__device__ inline HaloTile TileAt(int tile, const DirectConvDims& d, int rows) {
-  const int across = (d.q + kColumns - 1) / kColumns, down = (d.p + rows - 1) / rows;
-  HaloTile t;
-  t.column = (tile % across) * kColumns;
-  tile /= across;
-  t.row = (tile % down) * rows;
-  t.n = tile / down;
-  return t;
-}
+// The tiles of a layer, numbered along the rows, then down, then by image;
+// the divisions by fixed counts are multiplies (FastDivisor).
+struct HaloTiles {
+  FastDivisor across, down;  // tiles along a row, and down an image
+  int rows;                  // output rows a tile
 
-// Copies the input tile `tile` reads (kRows + 2 rows of kHaloColumns
-// pixels, C channels each in rows of C + kPad elements) into `halo` with
-// cp.async, zeros outside the image.
-template <typename T, int kC, int kRows>
-__device__ inline void CopyHalo(T* halo, const T* x, const DirectConvDims& d, int tile,
-                                int thread) {
-  constexpr int kVectors = kC / 8, kRow = kC + kPad;
-  constexpr int kPixels = (kRows + kTaps - 1) * kHaloColumns;
-  const HaloTile t = TileAt(tile, d, kRows);
-  for (int v = thread; v < kPixels * kVectors; v += 32 * kRows) {
-    const int pixel = v / kVectors, c = (v % kVectors) * 8;
-    const int iy = t.row - d.pad_h + pixel / kHaloColumns;
-    const int ix = t.column - d.pad_w + pixel % kHaloColumns;
-    const bool valid = iy >= 0 && iy < d.h && ix >= 0 && ix < d.w;
-    const int64_t offset = valid ? ((static_cast<int64_t>(t.n) * d.h + iy) * d.w + ix) * kC + c : 0;
-    CopyAsync16(halo + pixel * kRow + c, x + offset, valid);
+  __device__ HaloTile At(int tile) const {
+    const int row_of_tiles = across.Divide(tile), n = down.Divide(row_of_tiles);
+    return {n, down.Remainder(row_of_tiles, n) * rows,
+            across.Remainder(tile, row_of_tiles) * kColumns};
   }
-}
+};
+
+// A thread's part of each tile's input copy (kRows + 2 rows of
+// kHaloColumns pixels, C channels each in rows of C + kPad elements, zeros
+// outside the image): the same channel vector of the same halo pixels
+// every tile, so their rows, columns and offsets in x are worked out once.
+template <typename T, int kC, int kRows>
+struct HaloCopier {
+  static constexpr int kVectors = kC / 8, kRow = kC + kPad;
+  static constexpr int kStride = 32 * kRows / kVectors;  // pixels between a thread's
+  static constexpr int kPixels = (kRows + kTaps - 1) * kHaloColumns;
+  static constexpr int kPasses = (kPixels + kStride - 1) / kStride;
+  int first;                                  // the first pixel
+  int shared;                                 // its vector's element in a halo buffer
+  int row[kPasses], column[kPasses];          // pass i's pixel in the halo
+  int offset[kPasses];                        // and its vector's element from the halo's corner
+
+  __device__ HaloCopier(const DirectConvDims& d, int thread) {
+    first = thread / kVectors;
+    const int c = (thread % kVectors) * 8;
+    shared = first * kRow + c;
+#pragma unroll
+    for (int i = 0; i < kPasses; ++i) {
+      const int pixel = first + i * kStride;
+      row[i] = pixel / kHaloColumns;
+      column[i] = pixel % kHaloColumns;
+      offset[i] = (row[i] * d.w + column[i]) * kC + c;
+    }
+  }
+
+  // cp.async of tile `t`'s input into `halo`.
+  __device__ void Copy(T* halo, const T* x, const DirectConvDims& d, const HaloTile& t) const {
+    const int top = t.row - d.pad_h, left = t.column - d.pad_w;
+    const int64_t corner = ((static_cast<int64_t>(t.n) * d.h + top) * d.w + left) * kC;
+#pragma unroll
+    for (int i = 0; i < kPasses; ++i) {
+      if (kPixels % kStride != 0 && i == kPasses - 1 && first + i * kStride >= kPixels) break;
+      const bool valid = static_cast<unsigned>(top + row[i]) < static_cast<unsigned>(d.h) &&
+                         static_cast<unsigned>(left + column[i]) < static_cast<unsigned>(d.w);
+      CopyAsync16(halo + shared + i * kStride * kRow, x + (valid ? corner + offset[i] : 0),
+                  valid);
+    }
+  }
+};
 
 // The accumulators of output channels [32i, 32i + 32) of a block's kKb, as
 // the pair's epilogue takes them (one m16 row block of 4 n8 blocks).
@@ -88,16 +116,17 @@ __device__ inline const float (&ChunkOf(const float (&acc)[kKb / 8][4], int i))[
 // reads them through descriptors, mma.sync's ldmatrix reads 8 rows of 16
 // bytes in 8 distinct bank groups): one wgmma batch, issued and not waited
 // for (`first`: d = A B), or mma.sync into `acc`.
+// `w_descriptor`: WgmmaDescriptor64B(w), whose address field moves 16
+// bytes a unit (a 32-element slice of kKb rows is kKb * 4 units).
 template <typename T, int kC, int kKb>
-__device__ inline void TapMmas(const unsigned (&a)[kC / 16][4], const T* w, bool first,
-                               int b_row, int b_column, float (&acc)[kKb / 8][4]) {
+__device__ inline void TapMmas(const unsigned (&a)[kC / 16][4], const T* w, uint64_t w_descriptor,
+                               bool first, int b_row, int b_column, float (&acc)[kKb / 8][4]) {
   if constexpr (kWarpgroupPair) {
     WgmmaFence();
 #pragma unroll
     for (int k = 0; k < kC / 16; ++k) {
-      WgmmaRegisterA<T, kKb>(
-          acc, a[k], WgmmaDescriptor64B(w + SwizzledWeight(kKb, 0, 32 * (k / 2))) + 2 * (k % 2),
-          !first || k > 0);
+      WgmmaRegisterA<T, kKb>(acc, a[k], w_descriptor + (k / 2) * kKb * 4 + 2 * (k % 2),
+                             !first || k > 0);
     }
     WgmmaCommit();
   } else {
@@ -122,7 +151,7 @@ __device__ inline void TapMmas(const unsigned (&a)[kC / 16][4], const T* w, bool
 template <typename T, int kC, int kRows, int kKb>
 __global__ void __launch_bounds__(32 * kRows)
     HaloGemm(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ bias,
-             Activation activation, T* __restrict__ y, DirectConvDims d) {
+             Activation activation, T* __restrict__ y, DirectConvDims d, HaloTiles tiling) {
   AwaitPreviousKernel();
   constexpr int kThreadCount = 32 * kRows, kRow = kC + kPad, kSteps = kC / 16;
   constexpr int kHaloPixels = (kRows + kTaps - 1) * kHaloColumns, kStagedRow = kKb + kPad;
@@ -152,20 +181,23 @@ __global__ void __launch_bounds__(32 * kRows)
   for (int i = thread; i < kKb; i += kThreadCount) {
     shared_bias[i] = bias != nullptr ? ToFloat(bias[first_channel + i]) : 0.f;
   }
-  const int across = (d.q + kColumns - 1) / kColumns, down = (d.p + kRows - 1) / kRows;
-  const int tiles = d.n * down * across;
+  const int tiles = d.n * tiling.down.divisor * tiling.across.divisor;
+  const HaloCopier<T, kC, kRows> copier(d, thread);
   int tile = blockIdx.x;
-  if (tile < tiles) CopyHalo<T, kC, kRows>(shared_x, x, d, tile, thread);
+  HaloTile here = tiling.At(tile);
+  if (tile < tiles) copier.Copy(shared_x, x, d, here);
   AwaitFirstCopies();
+  // The weights' descriptor; a tap's are kKb * kC * 2 bytes on.
+  const uint64_t w_descriptor = kWarpgroupPair ? WgmmaDescriptor64B(shared_w) : 0;
 
   const int g = lane >> 2, t = lane & 3;
   const int a_row = lane & 15, a_column = (lane >> 4) * 8;
   const int b_row = (lane & 7) + ((lane >> 4) << 3), b_column = ((lane >> 3) & 1) * 8;
   T* const staged = staged_all + warp * 16 * kStagedRow;
   for (int buffer = 0; tile < tiles; tile += gridDim.x, buffer ^= 1) {
+    const HaloTile next = tiling.At(tile + gridDim.x);
     if (tile + static_cast<int>(gridDim.x) < tiles) {
-      CopyHalo<T, kC, kRows>(shared_x + (buffer ^ 1) * kHaloPixels * kRow, x, d,
-                             tile + gridDim.x, thread);
+      copier.Copy(shared_x + (buffer ^ 1) * kHaloPixels * kRow, x, d, next);
     }
     CopyAsyncCommit();
     // The warp's output row of the tile reads halo rows warp .. warp + 2;
@@ -185,8 +217,8 @@ __global__ void __launch_bounds__(32 * kRows)
       load(0, a[0]);
 #pragma unroll
       for (int tap = 0; tap < kTaps * kTaps; ++tap) {
-        TapMmas<T, kC, kKb>(a[tap & 1], shared_w + tap * kKb * kC, tap == 0, b_row,
-                            b_column, acc);
+        TapMmas<T, kC, kKb>(a[tap & 1], shared_w + tap * kKb * kC,
+                            w_descriptor + tap * kKb * kC / 8, tap == 0, b_row, b_column, acc);
         if (tap + 1 < kTaps * kTaps) {
           if (tap > 0) WgmmaWait<1>(acc);
           load(tap + 1, a[(tap + 1) & 1]);
@@ -202,11 +234,12 @@ __global__ void __launch_bounds__(32 * kRows)
 #pragma unroll 1
       for (int tap = 0; tap < kTaps * kTaps; ++tap) {
         load(tap, a[0]);
-        TapMmas<T, kC, kKb>(a[0], shared_w + tap * kKb * kC, false, b_row, b_column, acc);
+        TapMmas<T, kC, kKb>(a[0], shared_w + tap * kKb * kC, 0, false, b_row, b_column, acc);
       }
     }
 
-    const HaloTile out = TileAt(tile, d, kRows);
+    const HaloTile out = here;
+    here = next;
     const int row = out.row + warp;
     const int64_t valid = row < d.p ? min(kColumns, d.q - out.column) : 0;
     T* const y_row =
@@ -258,7 +291,9 @@ absl::Status Launch(const ConvLayerProblem& problem, const ConvLayerBuffers& b,
       kernel, dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(groups)),
       dim3(32 * kRows), static_cast<size_t>(bytes), stream, static_cast<const T*>(b.x),
       static_cast<const T*>(b.w), static_cast<const T*>(b.bias), problem.activation,
-      static_cast<T*>(b.y), d));
+      static_cast<T*>(b.y), d,
+      pair_kernel::HaloTiles{FastDivisor::Of((d.q + kColumns - 1) / kColumns),
+                             FastDivisor::Of((d.p + kRows - 1) / kRows), kRows}));
   return absl::OkStatus();
 }
 
