@@ -130,21 +130,13 @@ std::string DirectHaloRejection(const ConvLayerProblem& problem) {
     }
   }
   const int64_t c = problem.input[1], k = problem.output[1];
-  if (c != 32 && c != 64) {
-    return absl::StrCat("the halo GEMM is built for 32 or 64 input channels (have ", c, ")");
+  if (c != 32 && c != 64 && c != 128) {
+    return absl::StrCat("the halo GEMM is built for 32, 64 or 128 input channels (have ", c, ")");
   }
   if (k % 32 != 0) {
     return absl::StrCat("the halo GEMM needs output channels a multiple of 32 (have ", k, ")");
   }
   return SizeRejection(problem);
-}
-
-int64_t DirectHaloSharedBytes(const ConvLayerProblem& problem, int64_t rows, int64_t channels) {
-  const int64_t c = problem.input[1];
-  const int64_t halo = (rows + 2) * (kDirectHaloTileColumns + 2) * (c + kPointwisePairPad);
-  const int64_t staged = rows * 16 * (channels + kPointwisePairPad);
-  return (9 * channels * c + 2 * halo + staged) * static_cast<int64_t>(DTypeSize(problem.dtype)) +
-         channels * static_cast<int64_t>(sizeof(float));
 }
 
 namespace {
@@ -160,7 +152,10 @@ std::vector<std::pair<double, EngineConfigId>> HaloConfigs(const ConvLayerProble
                           ((problem.output[3] + kDirectHaloTileColumns - 1) /
                            kDirectHaloTileColumns);
     for (int64_t channels : kTileChannelChoices) {
-      if (k % channels != 0) continue;
+      if (k % channels != 0 ||
+          DirectHaloSharedBytes(problem, rows, channels) > kDirectHaloMaxSharedBytes) {
+        continue;
+      }
       EngineConfigId id;
       id.path = LayerPath::kDirect;
       id.engine = kDirectHaloEngine;

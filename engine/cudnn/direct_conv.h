@@ -49,7 +49,7 @@
 // the bandwidth floor (ResNet-50's 64->64 and 64->256 at batch 32).
 //
 // Engine 4, the halo GEMM, for 3x3 convs with stride and dilation 1 (any
-// padding) on 32 or 64 channels (float16 or bfloat16, channels-last) into
+// padding) on 32, 64 or 128 channels (float16 or bfloat16, channels-last) into
 // K, a multiple of 32 (engine/cudnn/direct_halo.cu). Blocks keep the
 // weights of 32 or 64 output channels (knob 2) in shared memory and loop
 // over tiles of 4 or 8 output rows (knob 6) by kDirectHaloTileColumns
@@ -107,9 +107,12 @@ inline constexpr int64_t kDirectPointwiseMaxChannels = 512;
 inline constexpr int kDirectPointwiseComputeCapability = 80;
 inline constexpr int64_t kDirectHaloEngine = 4;
 inline constexpr int64_t kDirectKnobTileRows = 6;
-// The halo GEMM's output columns a tile (one warp's 16 MMA rows) and the
-// compute capability it needs (mma.sync).
+// The halo GEMM's output columns a tile (one warp's 16 MMA rows), the
+// shared memory a block may use (an H100's opt-in limit: on 128 channels
+// the 64-channel tile of 8 rows is over it) and the compute capability it
+// needs (mma.sync).
 inline constexpr int64_t kDirectHaloTileColumns = 16;
+inline constexpr int64_t kDirectHaloMaxSharedBytes = 227 << 10;
 inline constexpr int kDirectHaloComputeCapability = 80;
 // Kernel taps (R*S) the depthwise engine keeps in shared memory per channel.
 inline constexpr int64_t kDirectMaxTaps = 256;
@@ -142,9 +145,20 @@ std::string DirectPointwiseRejection(const ConvLayerProblem& problem);
 // Why the halo GEMM (engine 4) does not run `problem`, or "" when it does
 // (the implicit GEMM runs every such layer too).
 std::string DirectHaloRejection(const ConvLayerProblem& problem);
-// The shared memory a block of the halo GEMM takes on `problem` with tiles
-// of `rows` output rows by `channels` output channels.
-int64_t DirectHaloSharedBytes(const ConvLayerProblem& problem, int64_t rows, int64_t channels);
+// The shared memory a block of the halo GEMM takes on `c` input channels
+// (16-bit) with tiles of `rows` output rows by `channels` output channels:
+// the weights (9 taps of channels x c), two halos of rows + 2 by
+// kDirectHaloTileColumns + 2 pixels (rows of c + 8 elements), each warp's
+// 16 staged output rows (channels + 8 elements) and the bias in float.
+constexpr int64_t DirectHaloSharedBytes(int64_t c, int64_t rows, int64_t channels) {
+  const int64_t halo = (rows + 2) * (kDirectHaloTileColumns + 2) * (c + 8);
+  const int64_t staged = rows * 16 * (channels + 8);
+  return (9 * channels * c + 2 * halo + staged) * 2 + channels * 4;
+}
+inline int64_t DirectHaloSharedBytes(const ConvLayerProblem& problem, int64_t rows,
+                                     int64_t channels) {
+  return DirectHaloSharedBytes(problem.input[1], rows, channels);
+}
 
 // Whether the direct path has an engine for `problem`'s kind of layer at all
 // (a 2-D depthwise or dense conv), so the search tries the path.

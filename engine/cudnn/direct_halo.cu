@@ -1,5 +1,5 @@
 // The direct path's halo GEMM (engine 4 of engine/cudnn/direct_conv.h): a
-// 3x3 conv with stride and dilation 1 on 32 or 64 channels, float16 or
+// 3x3 conv with stride and dilation 1 on 32, 64 or 128 channels, float16 or
 // bfloat16 channels-last. A block keeps the weights of its 32 or 64 output
 // channels (9 taps of [K][C]) and their bias in shared memory for its life
 // and loops over tiles of 4 or 8 output rows by 16 columns. For each tile
@@ -143,11 +143,12 @@ __device__ inline void TapMmas(const unsigned (&a)[kC / 16][4], const T* w, uint
   }
 }
 
-// kC: 32 or 64 input channels; kRows: output rows a tile (one a warp);
+// kC: 32, 64 or 128 input channels; kRows: output rows a tile (one a warp);
 // kKb: the block's output channels (32 or 64), from blockIdx.y * kKb.
 // Shared memory as DirectHaloSharedBytes counts it: the weights (9 taps of
 // [kKb][kC], swizzled), two halo buffers, each warp's staged rows [16][kKb
 // + kPad] and the bias in float.
+static_assert(kPad == 8, "DirectHaloSharedBytes pads rows by 8 elements");
 template <typename T, int kC, int kRows, int kKb>
 __global__ void __launch_bounds__(32 * kRows)
     HaloGemm(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ bias,
@@ -267,7 +268,7 @@ template <typename T, int kC, int kRows, int kKb>
 absl::Status Launch(const ConvLayerProblem& problem, const ConvLayerBuffers& b,
                     cudaStream_t stream) {
   const auto kernel = HaloGemm<T, kC, kRows, kKb>;
-  const int bytes = static_cast<int>(DirectHaloSharedBytes(problem, kRows, kKb));
+  constexpr int bytes = static_cast<int>(DirectHaloSharedBytes(kC, kRows, kKb));
   // Over the default 48 KiB: opted into on every launch, as the GEMM does.
   CUDA_RETURN_IF_ERROR(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
@@ -297,13 +298,27 @@ absl::Status Launch(const ConvLayerProblem& problem, const ConvLayerBuffers& b,
   return absl::OkStatus();
 }
 
+// Launch, for the tiles whose shared memory a block may have (no kernel is
+// built for the others, which DirectConvConfigs never lists).
+template <typename T, int kC, int kRows, int kKb>
+absl::Status LaunchIfItFits(const ConvLayerProblem& problem, const ConvLayerBuffers& b,
+                            cudaStream_t stream) {
+  if constexpr (DirectHaloSharedBytes(kC, kRows, kKb) <= kDirectHaloMaxSharedBytes) {
+    return Launch<T, kC, kRows, kKb>(problem, b, stream);
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the halo GEMM's tile of ", kRows, " rows by ", kKb, " channels on ", kC,
+        " input channels needs more shared memory than a block may have"));
+  }
+}
+
 template <typename T, int kC>
 absl::Status DispatchTile(const ConvLayerProblem& problem, const ConvLayerBuffers& b,
                           int64_t rows, int64_t channels, cudaStream_t stream) {
-  if (rows == 4 && channels == 32) return Launch<T, kC, 4, 32>(problem, b, stream);
-  if (rows == 4 && channels == 64) return Launch<T, kC, 4, 64>(problem, b, stream);
-  if (rows == 8 && channels == 32) return Launch<T, kC, 8, 32>(problem, b, stream);
-  if (rows == 8 && channels == 64) return Launch<T, kC, 8, 64>(problem, b, stream);
+  if (rows == 4 && channels == 32) return LaunchIfItFits<T, kC, 4, 32>(problem, b, stream);
+  if (rows == 4 && channels == 64) return LaunchIfItFits<T, kC, 4, 64>(problem, b, stream);
+  if (rows == 8 && channels == 32) return LaunchIfItFits<T, kC, 8, 32>(problem, b, stream);
+  if (rows == 8 && channels == 64) return LaunchIfItFits<T, kC, 8, 64>(problem, b, stream);
   return absl::InvalidArgumentError(
       absl::StrCat("the halo GEMM has no tile of ", rows, " rows by ", channels, " channels"));
 }
@@ -314,8 +329,9 @@ absl::Status DispatchChannels(const ConvLayerProblem& problem, const ConvLayerBu
   switch (problem.input[1]) {
     case 32: return DispatchTile<T, 32>(problem, b, rows, channels, stream);
     case 64: return DispatchTile<T, 64>(problem, b, rows, channels, stream);
+    case 128: return DispatchTile<T, 128>(problem, b, rows, channels, stream);
   }
-  return absl::InvalidArgumentError("the halo GEMM is built for 32 or 64 input channels");
+  return absl::InvalidArgumentError("the halo GEMM is built for 32, 64 or 128 input channels");
 }
 
 }  // namespace

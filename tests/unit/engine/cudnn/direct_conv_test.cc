@@ -411,6 +411,16 @@ TEST(DirectConvTest, ThreeByThreeLayersOnFewChannelsHaveTheHaloGemm) {
   EXPECT_EQ(DirectConfigRejection(p, ConfigId("direct:e4:k2=32,k6=8")), "");
   EXPECT_NE(DirectConfigRejection(p, ConfigId("direct:e4:k2=64,k6=8")), "");
   EXPECT_NE(DirectConfigRejection(p, ConfigId("direct:e4:k2=32,k6=2")), "");
+  // 128 channels: 3 of the 4 tiles fit in shared memory (8 rows of 64
+  // output channels: 147,456 bytes of weights, 97,920 of halos).
+  p.input[1] = p.weights[1] = 128;
+  p.weights[0] = p.output[1] = 128;
+  EXPECT_EQ(DirectHaloRejection(p), "");
+  EXPECT_GT(DirectHaloSharedBytes(p, 8, 64), kDirectHaloMaxSharedBytes);
+  EXPECT_NE(DirectConfigRejection(p, ConfigId("direct:e4:k2=64,k6=8")), "");
+  for (const char* name : {"direct:e4:k2=64,k6=4", "direct:e4:k2=32,k6=4", "direct:e4:k2=32,k6=8"}) {
+    EXPECT_EQ(DirectConfigRejection(p, ConfigId(name)), "") << name;
+  }
 
   // What it refuses (the implicit GEMM still runs each).
   const auto rejection = [](ConvLayerProblem q) {
@@ -424,8 +434,8 @@ TEST(DirectConvTest, ThreeByThreeLayersOnFewChannelsHaveTheHaloGemm) {
   q.dtype = DType::kFloat32;
   EXPECT_EQ(rejection(q), "the halo GEMM runs float16 and bfloat16 only");
   q = ThreeByThree(1);
-  q.input[1] = q.weights[1] = 128;
-  EXPECT_EQ(rejection(q), "the halo GEMM is built for 32 or 64 input channels (have 128)");
+  q.input[1] = q.weights[1] = 96;
+  EXPECT_EQ(rejection(q), "the halo GEMM is built for 32, 64 or 128 input channels (have 96)");
   q = ThreeByThree(1);
   q.output[1] = q.weights[0] = 40;
   EXPECT_EQ(rejection(q), "the halo GEMM needs output channels a multiple of 32 (have 40)");
