@@ -75,6 +75,10 @@
 
 namespace convserve {
 
+// The direct path's revision, in the plan store's policy key: raised with
+// each engine added (now 5, engines 0-4), so that engine choices stored by
+// an older server, which never raced the new engine, are searched again.
+inline constexpr int kDirectPathRevision = 5;
 inline constexpr int64_t kDirectDepthwiseEngine = 0;
 inline constexpr int64_t kDirectKnobColumns = 0;
 inline constexpr int64_t kDirectKnobVectorBytes = 1;

@@ -23,6 +23,7 @@
 #include "engine/cudnn/cudnn_backend.h"
 #include "engine/cudnn/cudnn_status.h"
 #include "engine/cudnn/dependent_launch.h"
+#include "engine/cudnn/direct_conv.h"
 #include "engine/cudnn/launch_timer.h"
 #include "engine/cudnn/pointwise_pair.h"
 #include "engine/cudnn/pointwise_pair_kernel.h"
@@ -377,7 +378,8 @@ absl::StatusOr<double> ElapsedSeconds(const CudaEvent& from, const CudaEvent& to
 
 std::string PolicyName(const EngineSelection& s) {
   return absl::StrCat(EngineSearchName(s.search), s.deterministic_only ? "/deterministic" : "",
-                      s.strict_float32 ? "/strict" : "/tf32", s.direct_kernels ? "/direct" : "",
+                      s.strict_float32 ? "/strict" : "/tf32",
+                      s.direct_kernels ? absl::StrCat("/direct", kDirectPathRevision) : "",
                       "/ws", s.max_workspace_bytes,
                       s.search == EngineSearch::kAutotune
                           ? absl::StrCat("/n", s.autotune_candidates, "/k",

@@ -1,6 +1,6 @@
 // Which layers and configurations the direct path has (direct_conv.h): the
-// depthwise kernel, the implicit GEMM, the narrow GEMM, the pointwise GEMM
-// and the halo GEMM, and how the selection filters treat it: --direct_kernels, the cuDNN
+// depthwise kernel, the implicit GEMM and the narrow GEMM (the pointwise and
+// halo GEMMs: direct_resident_weights_test.cc), and how the selection filters treat it: --direct_kernels, the cuDNN
 // engine blocklist (which does not apply to our engine numbers) and errata
 // rules (which apply only when they name the path). No GPU needed.
 #include "engine/cudnn/direct_conv.h"
@@ -37,30 +37,18 @@ ConvLayerProblem Depthwise() {
   return p;
 }
 
-// The names of `p`'s direct configurations, in order, each checked to
-// parse back and to run `p`.
-std::vector<std::string> ConfigNames(const ConvLayerProblem& p) {
-  std::vector<std::string> names;
-  for (const EngineConfigId& id : DirectConvConfigs(p)) {
-    names.push_back(id.ToString());
-    EXPECT_EQ(ConfigId(id.ToString()), id) << "parses back";
-    EXPECT_EQ(DirectConfigRejection(p, id), "") << id.ToString();
-  }
-  return names;
-}
-
 TEST(DirectConvTest, DepthwiseLayersHaveTheirConfigurations) {
   const ConvLayerProblem p = Depthwise();
   EXPECT_TRUE(DirectPathApplies(p));
   EXPECT_EQ(DirectConvRejection(p), "");
-  EXPECT_EQ(ConfigNames(p),
+  EXPECT_EQ(DirectConfigNames(p),
             (std::vector<std::string>{"direct:e0:k0=2,k1=16", "direct:e0:k0=1,k1=16",
                                       "direct:e0:k0=4,k1=16", "direct:e0:k0=2,k1=8",
                                       "direct:e0:k0=1,k1=8", "direct:e0:k0=4,k1=8"}));
   // Channels-first layers have no vector knob.
   ConvLayerProblem channels_first = p;
   channels_first.channels_last = false;
-  EXPECT_EQ(ConfigNames(channels_first),
+  EXPECT_EQ(DirectConfigNames(channels_first),
             (std::vector<std::string>{"direct:e0:k0=2", "direct:e0:k0=1", "direct:e0:k0=4"}));
   EXPECT_NE(DirectConfigRejection(channels_first, ConfigId("direct:e0:k0=2,k1=16")), "");
 }
@@ -125,7 +113,7 @@ TEST(DirectConvTest, DenseLayersHaveTheImplicitGemmConfigurations) {
   EXPECT_EQ(DirectConvRejection(p), "");
   // One pixel tile; 8 or 16 channel tiles; ordered by how near the block
   // count comes to 132 (128, 64, 64, 32, 32, 16, 16, 8 blocks).
-  EXPECT_EQ(ConfigNames(p), (std::vector<std::string>{
+  EXPECT_EQ(DirectConfigNames(p), (std::vector<std::string>{
                        "direct:e1:k2=32,k3=8", "direct:e1:k2=64,k3=8", "direct:e1:k2=32,k3=4",
                        "direct:e1:k2=64,k3=4", "direct:e1:k2=32,k3=2", "direct:e1:k2=64,k3=2",
                        "direct:e1:k2=32,k3=1", "direct:e1:k2=64,k3=1"}));
@@ -136,7 +124,7 @@ TEST(DirectConvTest, DenseLayersHaveTheImplicitGemmConfigurations) {
   EXPECT_EQ(DirectGemmChunk(DType::kFloat32), 16);
   EXPECT_EQ(DirectGemmChunk(DType::kFloat16), 32);
   EXPECT_EQ(DirectGemmChunk(DType::kBFloat16), 32);
-  EXPECT_EQ(ConfigNames(f32), ConfigNames(p));
+  EXPECT_EQ(DirectConfigNames(f32), DirectConfigNames(p));
 
   // A reduction of one step (a 1x1 conv on 32 channels) is not split.
   ConvLayerProblem narrow = p;
@@ -144,12 +132,12 @@ TEST(DirectConvTest, DenseLayersHaveTheImplicitGemmConfigurations) {
   narrow.weights = {512, 32, 1, 1};
   narrow.pad_before = narrow.pad_after = {0, 0};
   // (The pointwise GEMM runs it too: 1 block, as far from 132 as it gets.)
-  EXPECT_EQ(ConfigNames(narrow),
+  EXPECT_EQ(DirectConfigNames(narrow),
             (std::vector<std::string>{"direct:e1:k2=32,k3=1", "direct:e1:k2=64,k3=1",
                                       "direct:e3:k5=2", "direct:e3:k5=1"}));
   // In float32 the same layer is two steps, so it splits in two.
   narrow.dtype = DType::kFloat32;
-  EXPECT_EQ(ConfigNames(narrow),
+  EXPECT_EQ(DirectConfigNames(narrow),
             (std::vector<std::string>{"direct:e1:k2=32,k3=2", "direct:e1:k2=64,k3=2",
                                       "direct:e1:k2=32,k3=1", "direct:e1:k2=64,k3=1"}));
 }
@@ -245,7 +233,7 @@ TEST(DirectConvTest, ShortKernelRowsHaveTheNarrowGemm) {
   EXPECT_TRUE(DirectPathApplies(p));
   EXPECT_EQ(DirectConvRejection(p), "");
   // 112 rows of 32 images: 3584 or 7168 tiles, the fewest first.
-  EXPECT_EQ(ConfigNames(p), (std::vector<std::string>{"direct:e2:k4=128", "direct:e2:k4=64"}));
+  EXPECT_EQ(DirectConfigNames(p), (std::vector<std::string>{"direct:e2:k4=128", "direct:e2:k4=64"}));
   // A kernel row reads 21 elements: three groups of 8 float16, 21 groups in
   // 11 steps; pixels 6 elements apart.
   DirectNarrowLayout l = DirectNarrowLayoutOf(p, 128);
@@ -269,12 +257,12 @@ TEST(DirectConvTest, ShortKernelRowsHaveTheNarrowGemm) {
   EXPECT_EQ(DirectNarrowLayoutOf(p, 64).span, 13);
   EXPECT_EQ(DirectNarrowLayoutOf(p, 64).steps, 21);
   p.dilation = {1, 1};
-  EXPECT_EQ(ConfigNames(p), ConfigNames(Stem()));
+  EXPECT_EQ(DirectConfigNames(p), DirectConfigNames(Stem()));
 
   // At batch 1 (112 output rows), 128-pixel tiles come nearest 132 blocks.
   p = Stem();
   p.input[0] = p.output[0] = 1;
-  EXPECT_EQ(ConfigNames(p).front(), "direct:e2:k4=128");
+  EXPECT_EQ(DirectConfigNames(p).front(), "direct:e2:k4=128");
   // A layer the implicit GEMM runs is not the narrow GEMM's: 1x1 on 32
   // channels (a row of 32 elements).
   ConvLayerProblem gemm = Dense();
@@ -292,176 +280,6 @@ TEST(DirectConvTest, ShortKernelRowsHaveTheNarrowGemm) {
   p.weights[2] = p.weights[3] = 3;
   EXPECT_EQ(DirectConvRejection(p), "");
   EXPECT_EQ(DirectConvConfigs(p).front().engine, kDirectNarrowEngine);
-}
-
-// ResNet-50's expand 1x1 at 56x56 and batch 32: 64 -> 256 channels,
-// float16 NHWC.
-ConvLayerProblem Expand() {
-  ConvLayerProblem p = Depthwise();
-  p.input = {32, 64, 56, 56};
-  p.weights = {256, 64, 1, 1};
-  p.output = {32, 256, 56, 56};
-  p.pad_before = p.pad_after = {0, 0};
-  return p;
-}
-
-TEST(DirectConvTest, OneByOneLayersOnFewChannelsHaveThePointwiseGemm) {
-  ConvLayerProblem p = Expand();
-  EXPECT_EQ(DirectPointwiseRejection(p), "");
-  // 784 tiles of 128 pixels: one block an SM (132) comes nearest 132, two
-  // (264) next, then the implicit GEMM's 6,272 to 25,088 blocks.
-  EXPECT_EQ(ConfigNames(p), (std::vector<std::string>{
-                                "direct:e3:k5=1", "direct:e3:k5=2", "direct:e1:k2=64,k3=1",
-                                "direct:e1:k2=64,k3=2", "direct:e1:k2=32,k3=1",
-                                "direct:e1:k2=32,k3=2"}));
-  // bfloat16, 32 input channels and up to 512 outputs too; a block per tile
-  // at most (3,136 pixels at batch 1: 25 blocks either way).
-  p.dtype = DType::kBFloat16;
-  p.input = {1, 32, 56, 56};
-  p.weights = {512, 32, 1, 1};
-  p.output = {1, 512, 56, 56};
-  EXPECT_EQ(DirectPointwiseRejection(p), "");
-  EXPECT_EQ(DirectConfigRejection(p, ConfigId("direct:e3:k5=2")), "");
-  EXPECT_EQ(DirectConfigRejection(p, ConfigId("direct:e3:k5=1")), "");
-  EXPECT_NE(DirectConfigRejection(p, ConfigId("direct:e3:k5=3")), "");
-
-  // What it refuses (the implicit GEMM still runs each but the last).
-  const auto rejection = [](ConvLayerProblem q) {
-    for (const EngineConfigId& id : DirectConvConfigs(q)) {
-      EXPECT_NE(id.engine, kDirectPointwiseEngine) << id.ToString();
-    }
-    return DirectPointwiseRejection(q);
-  };
-  ConvLayerProblem q = Expand();
-  q.dtype = DType::kFloat32;
-  EXPECT_EQ(rejection(q), "the pointwise GEMM runs float16 and bfloat16 only");
-  q = Expand();
-  q.input[1] = q.weights[1] = 128;
-  EXPECT_EQ(rejection(q), "the pointwise GEMM is built for 32 or 64 input channels (have 128)");
-  q = Expand();
-  q.output[1] = q.weights[0] = 544;
-  EXPECT_EQ(rejection(q),
-            "the pointwise GEMM needs output channels a multiple of 32 up to 512 (have 544)");
-  q.output[1] = q.weights[0] = 48;
-  EXPECT_EQ(rejection(q),
-            "the pointwise GEMM needs output channels a multiple of 32 up to 512 (have 48)");
-  q = Expand();
-  q.stride = {2, 2};
-  q.output[2] = q.output[3] = 28;
-  EXPECT_EQ(rejection(q), "a 1x1 convolution with a stride, dilation or padding");
-  q = Expand();
-  q.weights[2] = q.weights[3] = 3;
-  q.pad_before = q.pad_after = {1, 1};
-  EXPECT_EQ(rejection(q), "not a 1x1 convolution");
-  q = Expand();
-  q.channels_last = false;
-  EXPECT_EQ(rejection(q), "the pointwise GEMM runs channels-last (NHWC) tensors only");
-
-  // It needs mma.sync (compute capability 8.0) and multiplies no float32.
-  EngineSelection selection;
-  selection.strict_float32 = true;
-  CudnnTarget target;
-  target.compute_capability = 80;
-  EXPECT_EQ(ConfigRejection(selection, target, p, ConfigId("direct:e3:k5=2")), "");
-  target.compute_capability = 75;
-  EXPECT_NE(ConfigRejection(selection, target, p, ConfigId("direct:e3:k5=2"))
-                .find("the pointwise GEMM needs mma.sync (compute capability 8.0; this GPU has "
-                      "7.5)"),
-            std::string::npos);
-}
-
-// ResNet-50's 3x3 64 @ 56, float16 NHWC, at batch `n`.
-ConvLayerProblem ThreeByThree(int64_t n) {
-  ConvLayerProblem p = Depthwise();
-  p.input = {n, 64, 56, 56};
-  p.weights = {64, 64, 3, 3};
-  p.output = {n, 64, 56, 56};
-  return p;
-}
-
-TEST(DirectConvTest, ThreeByThreeLayersOnFewChannelsHaveTheHaloGemm) {
-  ConvLayerProblem p = ThreeByThree(1);
-  EXPECT_EQ(DirectHaloRejection(p), "");
-  // Batch 1: 14 x 4 tiles of 4 rows by 16 columns, 7 x 4 of 8 rows; 64
-  // channels a block, or 2 x 32. The halo GEMM's 112 blocks (4 rows, 32
-  // channels) come nearest 132, then the implicit GEMM's 98 (49 tiles of
-  // 64 channels, each split in 2).
-  const std::vector<std::string> names = ConfigNames(p);
-  ASSERT_GE(names.size(), 4u);
-  EXPECT_EQ(names[0], "direct:e4:k2=32,k6=4");
-  EXPECT_EQ(names[1], "direct:e1:k2=64,k3=2");
-  int halo = 0;
-  for (const std::string& name : names) halo += name.rfind("direct:e4:", 0) == 0;
-  EXPECT_EQ(halo, 4);
-  // The shared memory of a block: 9 taps of 64 x 64 weights, two halos of
-  // 6 x 18 pixels (rows of 72 elements), 4 warps' 16 staged rows of 72,
-  // and 64 float biases: two blocks fit an H100's SM.
-  EXPECT_EQ(DirectHaloSharedBytes(p, 4, 64),
-            (9 * 64 * 64 + 2 * 6 * 18 * 72 + 4 * 16 * 72) * 2 + 64 * 4);
-  EXPECT_LE(2 * (DirectHaloSharedBytes(p, 4, 64) + 1024), 228 << 10);
-  // Any padding, 32 channels, bfloat16, K a multiple of 32 (no 64-channel
-  // tile when 64 does not divide it).
-  p.dtype = DType::kBFloat16;
-  p.input = {2, 32, 9, 13};
-  p.weights = {96, 32, 3, 3};
-  p.pad_before = {0, 2};
-  p.pad_after = {2, 0};
-  p.output = {2, 96, 9, 13};
-  EXPECT_EQ(DirectHaloRejection(p), "");
-  EXPECT_EQ(DirectConfigRejection(p, ConfigId("direct:e4:k2=32,k6=8")), "");
-  EXPECT_NE(DirectConfigRejection(p, ConfigId("direct:e4:k2=64,k6=8")), "");
-  EXPECT_NE(DirectConfigRejection(p, ConfigId("direct:e4:k2=32,k6=2")), "");
-  // 128 channels: 3 of the 4 tiles fit in shared memory (8 rows of 64
-  // output channels: 147,456 bytes of weights, 97,920 of halos).
-  p.input[1] = p.weights[1] = 128;
-  p.weights[0] = p.output[1] = 128;
-  EXPECT_EQ(DirectHaloRejection(p), "");
-  EXPECT_GT(DirectHaloSharedBytes(p, 8, 64), kDirectHaloMaxSharedBytes);
-  EXPECT_NE(DirectConfigRejection(p, ConfigId("direct:e4:k2=64,k6=8")), "");
-  for (const char* name : {"direct:e4:k2=64,k6=4", "direct:e4:k2=32,k6=4", "direct:e4:k2=32,k6=8"}) {
-    EXPECT_EQ(DirectConfigRejection(p, ConfigId(name)), "") << name;
-  }
-
-  // What it refuses (the implicit GEMM still runs each).
-  const auto rejection = [](ConvLayerProblem q) {
-    for (const EngineConfigId& id : DirectConvConfigs(q)) {
-      EXPECT_NE(id.engine, kDirectHaloEngine) << id.ToString();
-    }
-    EXPECT_FALSE(DirectConvConfigs(q).empty());
-    return DirectHaloRejection(q);
-  };
-  ConvLayerProblem q = ThreeByThree(1);
-  q.dtype = DType::kFloat32;
-  EXPECT_EQ(rejection(q), "the halo GEMM runs float16 and bfloat16 only");
-  q = ThreeByThree(1);
-  q.input[1] = q.weights[1] = 96;
-  EXPECT_EQ(rejection(q), "the halo GEMM is built for 32, 64 or 128 input channels (have 96)");
-  q = ThreeByThree(1);
-  q.output[1] = q.weights[0] = 40;
-  EXPECT_EQ(rejection(q), "the halo GEMM needs output channels a multiple of 32 (have 40)");
-  q = ThreeByThree(1);
-  q.stride = {2, 2};
-  q.output[2] = q.output[3] = 28;
-  EXPECT_EQ(rejection(q), "the halo GEMM needs stride and dilation 1");
-  q = ThreeByThree(1);
-  q.dilation = {1, 2};
-  q.output[3] = 54;
-  EXPECT_EQ(rejection(q), "the halo GEMM needs stride and dilation 1");
-  q = ThreeByThree(1);
-  q.weights[2] = q.weights[3] = 1;
-  q.pad_before = q.pad_after = {0, 0};
-  EXPECT_EQ(rejection(q), "the halo GEMM runs 3x3 kernels only");
-
-  // It needs mma.sync (compute capability 8.0) and multiplies no float32.
-  EngineSelection selection;
-  selection.strict_float32 = true;
-  CudnnTarget target;
-  target.compute_capability = 80;
-  EXPECT_EQ(ConfigRejection(selection, target, p, ConfigId("direct:e4:k2=32,k6=4")), "");
-  target.compute_capability = 75;
-  EXPECT_NE(ConfigRejection(selection, target, p, ConfigId("direct:e4:k2=32,k6=4"))
-                .find("the halo GEMM needs mma.sync (compute capability 8.0; this GPU has 7.5)"),
-            std::string::npos);
 }
 
 TEST(DirectConvTest, TheNarrowGemmRefusesWhatItDoesNotRun) {

@@ -1,0 +1,197 @@
+// Which layers and configurations the direct path's two GEMMs that keep
+// their weights in shared memory have (direct_conv.h): the pointwise GEMM
+// (engine 3, 1x1 layers) and the halo GEMM (engine 4, 3x3 layers), what
+// each refuses, and what GPU they need. No GPU needed.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/cudnn/direct_conv.h"
+#include "engine/cudnn/engine_selection.h"
+#include "gtest/gtest.h"
+#include "tests/test_util/config_id.h"
+
+namespace convserve {
+namespace {
+
+// A float16 NHWC layer with bias and ReLU, stride and dilation 1 and
+// padding 1, of `input` and `weights` (the output as large as the input).
+ConvLayerProblem Layer(Shape input, Shape weights) {
+  ConvLayerProblem p;
+  p.dtype = DType::kFloat16;
+  p.channels_last = true;
+  p.input = input;
+  p.weights = weights;
+  p.output = {input[0], weights[0], input[2], input[3]};
+  p.stride = {1, 1};
+  p.dilation = {1, 1};
+  p.pad_before = {1, 1};
+  p.pad_after = {1, 1};
+  p.has_bias = true;
+  p.activation.kind = ActivationKind::kRelu;
+  return p;
+}
+
+// ResNet-50's expand 1x1 at 56x56 and batch 32: 64 -> 256 channels,
+// float16 NHWC.
+ConvLayerProblem Expand() {
+  ConvLayerProblem p = Layer({32, 64, 56, 56}, {256, 64, 1, 1});
+  p.pad_before = p.pad_after = {0, 0};
+  return p;
+}
+
+TEST(DirectResidentWeightsTest, OneByOneLayersOnFewChannelsHaveThePointwiseGemm) {
+  ConvLayerProblem p = Expand();
+  EXPECT_EQ(DirectPointwiseRejection(p), "");
+  // 784 tiles of 128 pixels: one block an SM (132) comes nearest 132, two
+  // (264) next, then the implicit GEMM's 6,272 to 25,088 blocks.
+  EXPECT_EQ(DirectConfigNames(p), (std::vector<std::string>{
+                                "direct:e3:k5=1", "direct:e3:k5=2", "direct:e1:k2=64,k3=1",
+                                "direct:e1:k2=64,k3=2", "direct:e1:k2=32,k3=1",
+                                "direct:e1:k2=32,k3=2"}));
+  // bfloat16, 32 input channels and up to 512 outputs too; a block per tile
+  // at most (3,136 pixels at batch 1: 25 blocks either way).
+  p.dtype = DType::kBFloat16;
+  p.input = {1, 32, 56, 56};
+  p.weights = {512, 32, 1, 1};
+  p.output = {1, 512, 56, 56};
+  EXPECT_EQ(DirectPointwiseRejection(p), "");
+  EXPECT_EQ(DirectConfigRejection(p, ConfigId("direct:e3:k5=2")), "");
+  EXPECT_EQ(DirectConfigRejection(p, ConfigId("direct:e3:k5=1")), "");
+  EXPECT_NE(DirectConfigRejection(p, ConfigId("direct:e3:k5=3")), "");
+
+  // What it refuses (the implicit GEMM still runs each but the last).
+  const auto rejection = [](ConvLayerProblem q) {
+    for (const EngineConfigId& id : DirectConvConfigs(q)) {
+      EXPECT_NE(id.engine, kDirectPointwiseEngine) << id.ToString();
+    }
+    return DirectPointwiseRejection(q);
+  };
+  ConvLayerProblem q = Expand();
+  q.dtype = DType::kFloat32;
+  EXPECT_EQ(rejection(q), "the pointwise GEMM runs float16 and bfloat16 only");
+  q = Expand();
+  q.input[1] = q.weights[1] = 128;
+  EXPECT_EQ(rejection(q), "the pointwise GEMM is built for 32 or 64 input channels (have 128)");
+  q = Expand();
+  q.output[1] = q.weights[0] = 544;
+  EXPECT_EQ(rejection(q),
+            "the pointwise GEMM needs output channels a multiple of 32 up to 512 (have 544)");
+  q.output[1] = q.weights[0] = 48;
+  EXPECT_EQ(rejection(q),
+            "the pointwise GEMM needs output channels a multiple of 32 up to 512 (have 48)");
+  q = Expand();
+  q.stride = {2, 2};
+  q.output[2] = q.output[3] = 28;
+  EXPECT_EQ(rejection(q), "a 1x1 convolution with a stride, dilation or padding");
+  q = Expand();
+  q.weights[2] = q.weights[3] = 3;
+  q.pad_before = q.pad_after = {1, 1};
+  EXPECT_EQ(rejection(q), "not a 1x1 convolution");
+  q = Expand();
+  q.channels_last = false;
+  EXPECT_EQ(rejection(q), "the pointwise GEMM runs channels-last (NHWC) tensors only");
+
+  // It needs mma.sync (compute capability 8.0) and multiplies no float32.
+  EngineSelection selection;
+  selection.strict_float32 = true;
+  CudnnTarget target;
+  target.compute_capability = 80;
+  EXPECT_EQ(ConfigRejection(selection, target, p, ConfigId("direct:e3:k5=2")), "");
+  target.compute_capability = 75;
+  EXPECT_NE(ConfigRejection(selection, target, p, ConfigId("direct:e3:k5=2"))
+                .find("the pointwise GEMM needs mma.sync (compute capability 8.0; this GPU has "
+                      "7.5)"),
+            std::string::npos);
+}
+
+// ResNet-50's 3x3 64 @ 56, float16 NHWC, at batch `n`.
+ConvLayerProblem ThreeByThree(int64_t n) { return Layer({n, 64, 56, 56}, {64, 64, 3, 3}); }
+
+TEST(DirectResidentWeightsTest, ThreeByThreeLayersOnFewChannelsHaveTheHaloGemm) {
+  ConvLayerProblem p = ThreeByThree(1);
+  EXPECT_EQ(DirectHaloRejection(p), "");
+  // Batch 1: 14 x 4 tiles of 4 rows by 16 columns, 7 x 4 of 8 rows; 64
+  // channels a block, or 2 x 32. The halo GEMM's 112 blocks (4 rows, 32
+  // channels) come nearest 132, then the implicit GEMM's 98 (49 tiles of
+  // 64 channels, each split in 2).
+  const std::vector<std::string> names = DirectConfigNames(p);
+  ASSERT_GE(names.size(), 4u);
+  EXPECT_EQ(names[0], "direct:e4:k2=32,k6=4");
+  EXPECT_EQ(names[1], "direct:e1:k2=64,k3=2");
+  int halo = 0;
+  for (const std::string& name : names) halo += name.rfind("direct:e4:", 0) == 0;
+  EXPECT_EQ(halo, 4);
+  // The shared memory of a block: 9 taps of 64 x 64 weights, two halos of
+  // 6 x 18 pixels (rows of 72 elements), 4 warps' 16 staged rows of 72,
+  // and 64 float biases: two blocks fit an H100's SM.
+  EXPECT_EQ(DirectHaloSharedBytes(p, 4, 64),
+            (9 * 64 * 64 + 2 * 6 * 18 * 72 + 4 * 16 * 72) * 2 + 64 * 4);
+  EXPECT_LE(2 * (DirectHaloSharedBytes(p, 4, 64) + 1024), 228 << 10);
+  // Any padding, 32 channels, bfloat16, K a multiple of 32 (no 64-channel
+  // tile when 64 does not divide it).
+  p.dtype = DType::kBFloat16;
+  p.input = {2, 32, 9, 13};
+  p.weights = {96, 32, 3, 3};
+  p.pad_before = {0, 2};
+  p.pad_after = {2, 0};
+  p.output = {2, 96, 9, 13};
+  EXPECT_EQ(DirectHaloRejection(p), "");
+  EXPECT_EQ(DirectConfigRejection(p, ConfigId("direct:e4:k2=32,k6=8")), "");
+  EXPECT_NE(DirectConfigRejection(p, ConfigId("direct:e4:k2=64,k6=8")), "");
+  EXPECT_NE(DirectConfigRejection(p, ConfigId("direct:e4:k2=32,k6=2")), "");
+  // 128 channels: 3 of the 4 tiles fit in shared memory (8 rows of 64
+  // output channels: 147,456 bytes of weights, 97,920 of halos).
+  p.input[1] = p.weights[1] = 128;
+  p.weights[0] = p.output[1] = 128;
+  EXPECT_EQ(DirectHaloRejection(p), "");
+  EXPECT_GT(DirectHaloSharedBytes(p, 8, 64), kDirectHaloMaxSharedBytes);
+  EXPECT_NE(DirectConfigRejection(p, ConfigId("direct:e4:k2=64,k6=8")), "");
+  for (const char* name : {"direct:e4:k2=64,k6=4", "direct:e4:k2=32,k6=4", "direct:e4:k2=32,k6=8"}) {
+    EXPECT_EQ(DirectConfigRejection(p, ConfigId(name)), "") << name;
+  }
+
+  // What it refuses (the implicit GEMM still runs each).
+  const auto rejection = [](ConvLayerProblem q) {
+    for (const EngineConfigId& id : DirectConvConfigs(q)) {
+      EXPECT_NE(id.engine, kDirectHaloEngine) << id.ToString();
+    }
+    EXPECT_FALSE(DirectConvConfigs(q).empty());
+    return DirectHaloRejection(q);
+  };
+  ConvLayerProblem q = ThreeByThree(1);
+  q.dtype = DType::kFloat32;
+  EXPECT_EQ(rejection(q), "the halo GEMM runs float16 and bfloat16 only");
+  q = ThreeByThree(1);
+  q.input[1] = q.weights[1] = 96;
+  EXPECT_EQ(rejection(q), "the halo GEMM is built for 32, 64 or 128 input channels (have 96)");
+  q = ThreeByThree(1);
+  q.output[1] = q.weights[0] = 40;
+  EXPECT_EQ(rejection(q), "the halo GEMM needs output channels a multiple of 32 (have 40)");
+  q = ThreeByThree(1);
+  q.stride = {2, 2};
+  q.output[2] = q.output[3] = 28;
+  EXPECT_EQ(rejection(q), "the halo GEMM needs stride and dilation 1");
+  q = ThreeByThree(1);
+  q.dilation = {1, 2};
+  q.output[3] = 54;
+  EXPECT_EQ(rejection(q), "the halo GEMM needs stride and dilation 1");
+  q = ThreeByThree(1);
+  q.weights[2] = q.weights[3] = 1;
+  q.pad_before = q.pad_after = {0, 0};
+  EXPECT_EQ(rejection(q), "the halo GEMM runs 3x3 kernels only");
+
+  // It needs mma.sync (compute capability 8.0) and multiplies no float32.
+  EngineSelection selection;
+  selection.strict_float32 = true;
+  CudnnTarget target;
+  target.compute_capability = 80;
+  EXPECT_EQ(ConfigRejection(selection, target, p, ConfigId("direct:e4:k2=32,k6=4")), "");
+  target.compute_capability = 75;
+  EXPECT_NE(ConfigRejection(selection, target, p, ConfigId("direct:e4:k2=32,k6=4"))
+                .find("the halo GEMM needs mma.sync (compute capability 8.0; this GPU has 7.5)"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace convserve
