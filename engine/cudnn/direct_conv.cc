@@ -123,7 +123,9 @@ std::string DirectHaloRejection(const ConvLayerProblem& problem) {
   if (!IsDense(problem) || problem.groups() != 1) {
     return "the halo GEMM runs dense 2-D convolutions only";
   }
-  if (problem.weights[2] != 3 || problem.weights[3] != 3) return "the halo GEMM runs 3x3 kernels only";
+  if (problem.weights[2] != 3 || problem.weights[3] != 3) {
+    return "the halo GEMM runs 3x3 kernels only";
+  }
   for (size_t d = 0; d < problem.stride.size(); ++d) {
     if (problem.stride[d] != 1 || problem.dilation[d] != 1) {
       return "the halo GEMM needs stride and dilation 1";
@@ -135,6 +137,12 @@ std::string DirectHaloRejection(const ConvLayerProblem& problem) {
   }
   if (k % 32 != 0) {
     return absl::StrCat("the halo GEMM needs output channels a multiple of 32 (have ", k, ")");
+  }
+  // A thread's copy offsets within the input rows a tile reads (at most
+  // 8 + 2) are 32-bit.
+  if (10 * problem.input[3] * c > kDirectMaxElements) {
+    return absl::StrCat("the halo GEMM indexes 10 input rows with 32-bit offsets; a row has ",
+                        problem.input[3] * c, " elements");
   }
   return SizeRejection(problem);
 }

@@ -23,6 +23,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "engine/activation.h"
@@ -68,7 +69,7 @@ struct HaloTiles {
 template <typename T, int kC, int kRows>
 struct HaloCopier {
   static constexpr int kVectors = kC / 8, kRow = kC + kPad;
-  static constexpr int kStride = 32 * kRows / kVectors;  // pixels between a thread's
+  static constexpr int kStride = 32 * kRows / kVectors;  // pixels between a thread's passes
   static constexpr int kPixels = (kRows + kTaps - 1) * kHaloColumns;
   static constexpr int kPasses = (kPixels + kStride - 1) / kStride;
   int first;                                  // the first pixel
@@ -339,6 +340,11 @@ absl::Status DispatchChannels(const ConvLayerProblem& problem, const ConvLayerBu
 
 absl::Status LaunchDirectHalo(const ConvLayerProblem& problem, const EngineConfigId& id,
                               const ConvLayerBuffers& buffers, cudaStream_t stream) {
+  // The kernel assumes a 3x3 window and the rest (it would read past the
+  // weights otherwise): checked at every launch, a few comparisons.
+  if (std::string why = DirectHaloRejection(problem); !why.empty()) {
+    return absl::InvalidArgumentError(why);
+  }
   if (CurrentDeviceAttribute(cudaDevAttrComputeCapabilityMajor, 0) * 10 <
       kDirectHaloComputeCapability) {
     return absl::FailedPreconditionError(

@@ -1,8 +1,9 @@
 // Which layers and configurations the direct path has (direct_conv.h): the
-// depthwise kernel, the implicit GEMM and the narrow GEMM (the pointwise and
-// halo GEMMs: direct_resident_weights_test.cc), and how the selection filters treat it: --direct_kernels, the cuDNN
-// engine blocklist (which does not apply to our engine numbers) and errata
-// rules (which apply only when they name the path). No GPU needed.
+// depthwise kernel, the implicit GEMM and the narrow GEMM (the pointwise
+// and halo GEMMs: direct_resident_weights_test.cc), and how the selection
+// filters treat it: --direct_kernels, the cuDNN engine blocklist (which
+// does not apply to our engine numbers) and errata rules (which apply only
+// when they name the path). No GPU needed.
 #include "engine/cudnn/direct_conv.h"
 
 #include <cstdint>
@@ -233,7 +234,8 @@ TEST(DirectConvTest, ShortKernelRowsHaveTheNarrowGemm) {
   EXPECT_TRUE(DirectPathApplies(p));
   EXPECT_EQ(DirectConvRejection(p), "");
   // 112 rows of 32 images: 3584 or 7168 tiles, the fewest first.
-  EXPECT_EQ(DirectConfigNames(p), (std::vector<std::string>{"direct:e2:k4=128", "direct:e2:k4=64"}));
+  EXPECT_EQ(DirectConfigNames(p),
+            (std::vector<std::string>{"direct:e2:k4=128", "direct:e2:k4=64"}));
   // A kernel row reads 21 elements: three groups of 8 float16, 21 groups in
   // 11 steps; pixels 6 elements apart.
   DirectNarrowLayout l = DirectNarrowLayoutOf(p, 128);

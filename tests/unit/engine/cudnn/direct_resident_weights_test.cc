@@ -147,7 +147,8 @@ TEST(DirectResidentWeightsTest, ThreeByThreeLayersOnFewChannelsHaveTheHaloGemm) 
   EXPECT_EQ(DirectHaloRejection(p), "");
   EXPECT_GT(DirectHaloSharedBytes(p, 8, 64), kDirectHaloMaxSharedBytes);
   EXPECT_NE(DirectConfigRejection(p, ConfigId("direct:e4:k2=64,k6=8")), "");
-  for (const char* name : {"direct:e4:k2=64,k6=4", "direct:e4:k2=32,k6=4", "direct:e4:k2=32,k6=8"}) {
+  for (const char* name :
+       {"direct:e4:k2=64,k6=4", "direct:e4:k2=32,k6=4", "direct:e4:k2=32,k6=8"}) {
     EXPECT_EQ(DirectConfigRejection(p, ConfigId(name)), "") << name;
   }
 
@@ -176,6 +177,12 @@ TEST(DirectResidentWeightsTest, ThreeByThreeLayersOnFewChannelsHaveTheHaloGemm) 
   q.dilation = {1, 2};
   q.output[3] = 54;
   EXPECT_EQ(rejection(q), "the halo GEMM needs stride and dilation 1");
+  q = ThreeByThree(1);
+  q.input[2] = q.output[2] = 1;
+  q.input[3] = q.output[3] = 4'000'000;
+  EXPECT_EQ(rejection(q),
+            "the halo GEMM indexes 10 input rows with 32-bit offsets; a row has 256000000 "
+            "elements");
   q = ThreeByThree(1);
   q.weights[2] = q.weights[3] = 1;
   q.pad_before = q.pad_after = {0, 0};
