@@ -83,21 +83,12 @@ std::vector<LayerCase> ResNetCases(int64_t batch, DType dtype) {
 
 class DirectHaloTest : public CudnnDeviceTest {
  protected:
-  // Runs every halo configuration of `c` and checks each output; returns
-  // the largest relative L2 error.
+  // Runs every halo configuration of `c` (on 128 channels the 8-row tile
+  // of 64 output channels is over a block's shared memory) and checks each
+  // output; returns the largest relative L2 error.
   double CheckCase(const LayerCase& c, std::mt19937_64* rng) {
-    const PreparedLayer layer = Prepare(c, rng);
-    if (!layer.ok) return INFINITY;
-    EXPECT_EQ(DirectHaloRejection(layer.problem), "") << layer.problem.Describe();
-    std::vector<EngineConfigId> configs;
-    for (const EngineConfigId& id : DirectConvConfigs(layer.problem)) {
-      if (id.engine == kDirectHaloEngine) configs.push_back(id);
-    }
-    // On 128 channels the 8-row tile of 64 output channels is over the
-    // shared memory a block may have.
     const size_t tiles = c.out_channels % 64 != 0 ? 2 : c.channels == 128 ? 3 : 4;
-    EXPECT_EQ(configs.size(), tiles) << layer.problem.Describe();
-    return RunWorkspaceFreeConfigs(layer, configs, TensorCoreBound(c.dtype), c.Describe());
+    return RunEngineConfigs(c, rng, kDirectHaloEngine, tiles);
   }
 };
 
@@ -109,41 +100,15 @@ TEST_F(DirectHaloTest, RandomThreeByThreeLayersMatchTheReference) {
 }
 
 TEST_F(DirectHaloTest, ResNetLayersMatchTheReference) {
-  std::mt19937_64 rng(7);
-  for (DType dtype : {DType::kFloat16, DType::kBFloat16}) {
-    for (int64_t batch : {1, 2}) {
-      for (const LayerCase& c : ResNetCases(batch, dtype)) {
-        const double error = CheckCase(c, &rng);
-        std::printf("direct halo %-24s %-8s N=%lld max relative L2 %.3e\n", c.name.c_str(),
-                    DTypeName(dtype), static_cast<long long>(batch), error);
-        if (HasFailure()) return;
-      }
-    }
-  }
+  CheckResNetCases("direct halo", ResNetCases,
+                   [this](const LayerCase& c, std::mt19937_64* rng) { return CheckCase(c, rng); });
 }
 
 // Autotune races every configuration with the implicit GEMM's and cuDNN's
 // candidates (each direct one through the prober's guarded-buffer checks).
 TEST_F(DirectHaloTest, AutotuneRacesTheHaloGemm) {
-  std::mt19937_64 rng(17);
-  for (const LayerCase& c : ResNetCases(1, DType::kFloat16)) {
-    const PreparedLayer layer = Prepare(c, &rng);
-    ASSERT_TRUE(layer.ok);
-    for (int64_t batch : {1, 32}) {
-      // The race needs the problem only (no reference at batch 32).
-      ConvLayerProblem problem = layer.problem;
-      problem.input[0] = problem.output[0] = batch;
-      const DirectRace race = RaceDirect(problem, {kDirectGemmEngine, kDirectHaloEngine}, true);
-      ASSERT_TRUE(race.best.has_value());
-      EXPECT_NE(race.times.find("direct:e4:"), std::string::npos) << race.times;
-      std::printf("race %-24s N=%-3lld winner %-24s %.4f ms; best direct %.4f ms, best cuDNN "
-                  "%.4f ms\nrace %-24s N=%-3lld direct ms:%s\n",
-                  c.name.c_str(), static_cast<long long>(batch),
-                  race.best->id().ToString().c_str(), race.best->measured_ms(), race.best_direct,
-                  race.best_cudnn, c.name.c_str(), static_cast<long long>(batch),
-                  race.times.c_str());
-    }
-  }
+  RaceResNetCases(ResNetCases(1, DType::kFloat16), {kDirectGemmEngine, kDirectHaloEngine},
+                  {"direct:e4:"});
 }
 
 }  // namespace

@@ -79,15 +79,7 @@ class DirectPointwiseTest : public CudnnDeviceTest {
   // Runs both pointwise configurations of `c` and checks each output;
   // returns the largest relative L2 error.
   double CheckCase(const LayerCase& c, std::mt19937_64* rng) {
-    const PreparedLayer layer = Prepare(c, rng);
-    if (!layer.ok) return INFINITY;
-    EXPECT_EQ(DirectPointwiseRejection(layer.problem), "") << layer.problem.Describe();
-    std::vector<EngineConfigId> configs;
-    for (const EngineConfigId& id : DirectConvConfigs(layer.problem)) {
-      if (id.engine == kDirectPointwiseEngine) configs.push_back(id);
-    }
-    EXPECT_EQ(configs.size(), 2u) << layer.problem.Describe();
-    return RunWorkspaceFreeConfigs(layer, configs, TensorCoreBound(c.dtype), c.Describe());
+    return RunEngineConfigs(c, rng, kDirectPointwiseEngine, 2);
   }
 };
 
@@ -100,43 +92,15 @@ TEST_F(DirectPointwiseTest, RandomOneByOneLayersMatchTheReference) {
 }
 
 TEST_F(DirectPointwiseTest, ResNetLayersMatchTheReference) {
-  std::mt19937_64 rng(7);
-  for (DType dtype : {DType::kFloat16, DType::kBFloat16}) {
-    for (int64_t batch : {1, 2}) {
-      for (const LayerCase& c : ResNetCases(batch, dtype)) {
-        const double error = CheckCase(c, &rng);
-        std::printf("direct pointwise %-24s %-8s N=%lld max relative L2 %.3e\n", c.name.c_str(),
-                    DTypeName(dtype), static_cast<long long>(batch), error);
-        if (HasFailure()) return;
-      }
-    }
-  }
+  CheckResNetCases("direct pointwise", ResNetCases,
+                   [this](const LayerCase& c, std::mt19937_64* rng) { return CheckCase(c, rng); });
 }
 
 // Autotune races both configurations with the implicit GEMM's and cuDNN's
 // candidates (each direct one through the prober's guarded-buffer checks).
 TEST_F(DirectPointwiseTest, AutotuneRacesThePointwiseGemm) {
-  std::mt19937_64 rng(17);
-  for (const LayerCase& c : ResNetCases(1, DType::kFloat16)) {
-    const PreparedLayer layer = Prepare(c, &rng);
-    ASSERT_TRUE(layer.ok);
-    for (int64_t batch : {1, 32}) {
-      // The race needs the problem only (no reference at batch 32).
-      ConvLayerProblem problem = layer.problem;
-      problem.input[0] = problem.output[0] = batch;
-      const DirectRace race =
-          RaceDirect(problem, {kDirectGemmEngine, kDirectPointwiseEngine}, true);
-      ASSERT_TRUE(race.best.has_value());
-      EXPECT_NE(race.times.find("direct:e3:k5=1="), std::string::npos) << race.times;
-      EXPECT_NE(race.times.find("direct:e3:k5=2="), std::string::npos) << race.times;
-      std::printf("race %-24s N=%-3lld winner %-24s %.4f ms; best direct %.4f ms, best cuDNN "
-                  "%.4f ms\nrace %-24s N=%-3lld direct ms:%s\n",
-                  c.name.c_str(), static_cast<long long>(batch),
-                  race.best->id().ToString().c_str(), race.best->measured_ms(), race.best_direct,
-                  race.best_cudnn, c.name.c_str(), static_cast<long long>(batch),
-                  race.times.c_str());
-    }
-  }
+  RaceResNetCases(ResNetCases(1, DType::kFloat16), {kDirectGemmEngine, kDirectPointwiseEngine},
+                  {"direct:e3:k5=1=", "direct:e3:k5=2="});
 }
 
 }  // namespace

@@ -27,6 +27,7 @@
 #include "engine/cudnn/cuda_resources.h"
 #include "engine/cudnn/cudnn_backend.h"
 #include "engine/cudnn/device_weights.h"
+#include "engine/cudnn/direct_conv.h"
 #include "engine/tensor.h"
 #include "gtest/gtest.h"
 #include "tests/test_util/layer_case.h"
@@ -34,6 +35,20 @@
 #include "tests/test_util/random_tensor.h"
 
 namespace convserve {
+
+// The relative L2 bound of the direct path's tensor-core kernels against the
+// float64 reference rounded to the dtype: float32 accumulation in another
+// order flips the rounding of some elements; float32 inputs are rounded to
+// TF32 (10 mantissa bits), the bound cuDNN's TF32 engines are held to
+// (docs/cudnn.md).
+inline double TensorCoreBound(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32: return 1e-3;
+    case DType::kFloat16: return 2e-3;
+    case DType::kBFloat16: return 1e-2;
+  }
+  return 0;
+}
 
 class CudnnDeviceTest : public ::testing::Test {
  protected:
@@ -198,6 +213,71 @@ class CudnnDeviceTest : public ::testing::Test {
     return race;
   }
 
+  // Prepares `c` and runs every direct configuration of engine `engine`
+  // (expecting `count` of them) into guarded outputs against the float64
+  // reference (RunWorkspaceFreeConfigs); returns the largest relative L2
+  // error.
+  double RunEngineConfigs(const LayerCase& c, std::mt19937_64* rng, int64_t engine,
+                          size_t count) {
+    const PreparedLayer layer = Prepare(c, rng);
+    if (!layer.ok) return INFINITY;
+    std::vector<EngineConfigId> configs;
+    for (const EngineConfigId& id : DirectConvConfigs(layer.problem)) {
+      if (id.engine == engine) configs.push_back(id);
+    }
+    EXPECT_EQ(configs.size(), count)
+        << layer.problem.Describe() << ": " << DirectConvRejection(layer.problem);
+    return RunWorkspaceFreeConfigs(layer, configs, TensorCoreBound(c.dtype), c.Describe());
+  }
+
+  // ResNet-50's layers `cases(batch, dtype)` at batch 1 and 2, float16 and
+  // bfloat16, through `check(c, rng)` (which returns the largest relative
+  // L2 error), each printed as "`label` NAME DTYPE N=n max relative L2 e";
+  // stops at the first failure.
+  template <typename Cases, typename Check>
+  void CheckResNetCases(const char* label, const Cases& cases, const Check& check) {
+    std::mt19937_64 rng(7);
+    for (DType dtype : {DType::kFloat16, DType::kBFloat16}) {
+      for (int64_t batch : {1, 2}) {
+        for (const LayerCase& c : cases(batch, dtype)) {
+          const double error = check(c, &rng);
+          std::printf("%s %-24s %-8s N=%lld max relative L2 %.3e\n", label, c.name.c_str(),
+                      DTypeName(dtype), static_cast<long long>(batch), error);
+          if (HasFailure()) return;
+        }
+      }
+    }
+  }
+
+  // Autotune's race (RaceDirect, direct engines `engines`) on each of
+  // `cases` at batch 1 and 32: each race must time a configuration named
+  // by each prefix in `expected`. Prints the winner, each side's best and
+  // every direct candidate's time.
+  void RaceResNetCases(const std::vector<LayerCase>& cases, const std::vector<int64_t>& engines,
+                       const std::vector<std::string>& expected) {
+    std::mt19937_64 rng(17);
+    for (const LayerCase& c : cases) {
+      const PreparedLayer layer = Prepare(c, &rng);
+      ASSERT_TRUE(layer.ok);
+      for (int64_t batch : {1, 32}) {
+        // The race needs the problem only (no reference at batch 32).
+        ConvLayerProblem problem = layer.problem;
+        problem.input[0] = problem.output[0] = batch;
+        const DirectRace race = RaceDirect(problem, engines, true);
+        ASSERT_TRUE(race.best.has_value());
+        for (const std::string& prefix : expected) {
+          EXPECT_NE(race.times.find(" " + prefix), std::string::npos) << race.times;
+        }
+        std::printf("race %-24s N=%-3lld winner %-24s %.4f ms; best direct %.4f ms, best cuDNN "
+                    "%.4f ms\nrace %-24s N=%-3lld direct ms:%s\n",
+                    c.name.c_str(), static_cast<long long>(batch),
+                    race.best->id().ToString().c_str(), race.best->measured_ms(),
+                    race.best_direct, race.best_cudnn, c.name.c_str(),
+                    static_cast<long long>(batch), race.times.c_str());
+      }
+    }
+  }
+
   // Runs `plan` for `problem` (layer 0 of `weights`' graph) on input `x`
   // into a NaN-filled output of `output_bytes` with kGuardBytes after it;
   // expects no guard byte written and returns the relative L2 error against
@@ -247,20 +327,6 @@ class CudnnDeviceTest : public ::testing::Test {
   CudaStream stream_;
   CudnnHandle handle_;
 };
-
-// The relative L2 bound of the direct path's tensor-core kernels against the
-// float64 reference rounded to the dtype: float32 accumulation in another
-// order flips the rounding of some elements; float32 inputs are rounded to
-// TF32 (10 mantissa bits), the bound cuDNN's TF32 engines are held to
-// (docs/cudnn.md).
-inline double TensorCoreBound(DType dtype) {
-  switch (dtype) {
-    case DType::kFloat32: return 1e-3;
-    case DType::kFloat16: return 2e-3;
-    case DType::kBFloat16: return 1e-2;
-  }
-  return 0;
-}
 
 // The unsigned integer in environment variable `name`, or `fallback`.
 inline uint64_t EnvOr(const char* name, uint64_t fallback) {

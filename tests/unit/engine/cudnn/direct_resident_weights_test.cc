@@ -32,6 +32,23 @@ ConvLayerProblem Layer(Shape input, Shape weights) {
   return p;
 }
 
+// Configuration `config` of engine `engine` runs `p` on compute capability
+// 8.0 under --strict_float32 (it multiplies no float32) and is refused
+// below 8.0 for want of mma.sync.
+void ExpectMmaSyncNeededAndNoFloat32(const ConvLayerProblem& p, const std::string& config,
+                                     const std::string& engine) {
+  EngineSelection selection;
+  selection.strict_float32 = true;
+  CudnnTarget target;
+  target.compute_capability = 80;
+  EXPECT_EQ(ConfigRejection(selection, target, p, ConfigId(config)), "");
+  target.compute_capability = 75;
+  EXPECT_NE(ConfigRejection(selection, target, p, ConfigId(config))
+                .find(engine + " needs mma.sync (compute capability 8.0; this GPU has 7.5)"),
+            std::string::npos)
+      << config;
+}
+
 // ResNet-50's expand 1x1 at 56x56 and batch 32: 64 -> 256 channels,
 // float16 NHWC.
 ConvLayerProblem Expand() {
@@ -92,17 +109,7 @@ TEST(DirectResidentWeightsTest, OneByOneLayersOnFewChannelsHaveThePointwiseGemm)
   q.channels_last = false;
   EXPECT_EQ(rejection(q), "the pointwise GEMM runs channels-last (NHWC) tensors only");
 
-  // It needs mma.sync (compute capability 8.0) and multiplies no float32.
-  EngineSelection selection;
-  selection.strict_float32 = true;
-  CudnnTarget target;
-  target.compute_capability = 80;
-  EXPECT_EQ(ConfigRejection(selection, target, p, ConfigId("direct:e3:k5=2")), "");
-  target.compute_capability = 75;
-  EXPECT_NE(ConfigRejection(selection, target, p, ConfigId("direct:e3:k5=2"))
-                .find("the pointwise GEMM needs mma.sync (compute capability 8.0; this GPU has "
-                      "7.5)"),
-            std::string::npos);
+  ExpectMmaSyncNeededAndNoFloat32(p, "direct:e3:k5=2", "the pointwise GEMM");
 }
 
 // ResNet-50's 3x3 64 @ 56, float16 NHWC, at batch `n`.
@@ -188,16 +195,7 @@ TEST(DirectResidentWeightsTest, ThreeByThreeLayersOnFewChannelsHaveTheHaloGemm) 
   q.pad_before = q.pad_after = {0, 0};
   EXPECT_EQ(rejection(q), "the halo GEMM runs 3x3 kernels only");
 
-  // It needs mma.sync (compute capability 8.0) and multiplies no float32.
-  EngineSelection selection;
-  selection.strict_float32 = true;
-  CudnnTarget target;
-  target.compute_capability = 80;
-  EXPECT_EQ(ConfigRejection(selection, target, p, ConfigId("direct:e4:k2=32,k6=4")), "");
-  target.compute_capability = 75;
-  EXPECT_NE(ConfigRejection(selection, target, p, ConfigId("direct:e4:k2=32,k6=4"))
-                .find("the halo GEMM needs mma.sync (compute capability 8.0; this GPU has 7.5)"),
-            std::string::npos);
+  ExpectMmaSyncNeededAndNoFloat32(p, "direct:e4:k2=32,k6=4", "the halo GEMM");
 }
 
 }  // namespace
