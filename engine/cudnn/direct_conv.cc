@@ -18,8 +18,6 @@ constexpr int64_t kSplitChoices[] = {1, 2, 4, 8};
 constexpr int64_t kTilePixelChoices[] = {128, 64};
 constexpr int64_t kBlocksPerSmChoices[] = {2, 1};
 constexpr int64_t kTileRowChoices[] = {4, 8};
-// An H100's shared memory per SM (1 KiB of it reserved for each block).
-constexpr int64_t kSharedBytesPerSm = 228 << 10;
 // The GEMM engines' configurations are listed best guess first: the one
 // whose block count comes nearest this (an H100's 132 SMs).
 constexpr double kBlocksGuess = 132;
@@ -103,8 +101,7 @@ std::string DirectPointwiseRejection(const ConvLayerProblem& problem) {
     return why;
   }
   const int64_t c = problem.input[1], k = problem.output[1];
-  if (std::find(std::begin(kPointwisePairOuterChannels), std::end(kPointwisePairOuterChannels),
-                c) == std::end(kPointwisePairOuterChannels)) {
+  if (!PointwiseKernelBuiltFor(c)) {
     return absl::StrCat("the pointwise GEMM is built for 32 or 64 input channels (have ", c, ")");
   }
   if (k % kPointwisePairChunk != 0 || k > kDirectPointwiseMaxChannels) {
@@ -161,7 +158,7 @@ std::vector<std::pair<double, EngineConfigId>> HaloConfigs(const ConvLayerProble
                            kDirectHaloTileColumns);
     for (int64_t channels : kTileChannelChoices) {
       if (k % channels != 0 ||
-          DirectHaloSharedBytes(problem, rows, channels) > kDirectHaloMaxSharedBytes) {
+          DirectHaloSharedBytes(problem, rows, channels) > kDirectMaxSharedBytes) {
         continue;
       }
       EngineConfigId id;
@@ -169,7 +166,7 @@ std::vector<std::pair<double, EngineConfigId>> HaloConfigs(const ConvLayerProble
       id.engine = kDirectHaloEngine;
       id.knobs = {{kDirectKnobTileChannels, channels}, {kDirectKnobTileRows, rows}};
       const int64_t per_sm = std::min<int64_t>(
-          2, kSharedBytesPerSm / (DirectHaloSharedBytes(problem, rows, channels) + 1024));
+          2, kDirectSharedBytesPerSm / (DirectHaloSharedBytes(problem, rows, channels) + 1024));
       configs.emplace_back(
           static_cast<double>(std::min<int64_t>(tiles * (k / channels), per_sm * kBlocksGuess)),
           std::move(id));
@@ -237,9 +234,9 @@ std::string NarrowRejection(const ConvLayerProblem& problem) {
   }
   const int64_t smallest = kTilePixelChoices[std::size(kTilePixelChoices) - 1];
   if (const int64_t bytes = DirectNarrowLayoutOf(problem, smallest).shared_bytes;
-      bytes > kDirectNarrowMaxSharedBytes) {
+      bytes > kDirectMaxSharedBytes) {
     return absl::StrCat("the narrow GEMM needs ", bytes, " bytes of shared memory, over ",
-                        kDirectNarrowMaxSharedBytes);
+                        kDirectMaxSharedBytes);
   }
   return SizeRejection(problem);
 }
@@ -251,7 +248,7 @@ std::vector<EngineConfigId> NarrowConfigs(const ConvLayerProblem& problem) {
       (problem.output[1] + kDirectNarrowTileChannels - 1) / kDirectNarrowTileChannels;
   std::vector<std::pair<double, EngineConfigId>> configs;
   for (int64_t pixels : kTilePixelChoices) {
-    if (DirectNarrowLayoutOf(problem, pixels).shared_bytes > kDirectNarrowMaxSharedBytes) {
+    if (DirectNarrowLayoutOf(problem, pixels).shared_bytes > kDirectMaxSharedBytes) {
       continue;
     }
     EngineConfigId id;

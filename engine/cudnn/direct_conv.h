@@ -95,12 +95,16 @@ inline constexpr int kDirectGemmMaxSplits = 8;
 inline constexpr int kDirectGemmComputeCapability = 90;
 inline constexpr int64_t kDirectNarrowEngine = 2;
 inline constexpr int64_t kDirectKnobTilePixels = 4;
+// The shared memory one block of the direct engines may use (an H100's
+// opt-in limit), and an H100's shared memory per SM, 1 KiB of it reserved
+// for each block (for the configurations' best guess at blocks an SM).
+inline constexpr int64_t kDirectMaxSharedBytes = 227 << 10;
+inline constexpr int64_t kDirectSharedBytesPerSm = 228 << 10;
 // The narrow GEMM's longest kernel row (S*C elements), the output channels
-// of a block, the shared memory a block may use (an H100's opt-in limit)
-// and the compute capability it needs (mma.sync on 16-bit types and TF32).
+// of a block and the compute capability it needs (mma.sync on 16-bit types
+// and TF32).
 inline constexpr int64_t kDirectNarrowMaxRow = 48;
 inline constexpr int64_t kDirectNarrowTileChannels = 64;
-inline constexpr int64_t kDirectNarrowMaxSharedBytes = 227 << 10;
 inline constexpr int kDirectNarrowComputeCapability = 80;
 inline constexpr int64_t kDirectPointwiseEngine = 3;
 inline constexpr int64_t kDirectKnobBlocksPerSm = 5;
@@ -111,12 +115,10 @@ inline constexpr int64_t kDirectPointwiseMaxChannels = 512;
 inline constexpr int kDirectPointwiseComputeCapability = 80;
 inline constexpr int64_t kDirectHaloEngine = 4;
 inline constexpr int64_t kDirectKnobTileRows = 6;
-// The halo GEMM's output columns a tile (one warp's 16 MMA rows), the
-// shared memory a block may use (an H100's opt-in limit: on 128 channels
-// the 64-channel tile of 8 rows is over it) and the compute capability it
-// needs (mma.sync).
+// The halo GEMM's output columns a tile (one warp's 16 MMA rows) and the
+// compute capability it needs (mma.sync). On 128 channels its 64-channel
+// tile of 8 rows is over kDirectMaxSharedBytes.
 inline constexpr int64_t kDirectHaloTileColumns = 16;
-inline constexpr int64_t kDirectHaloMaxSharedBytes = 227 << 10;
 inline constexpr int kDirectHaloComputeCapability = 80;
 // Kernel taps (R*S) the depthwise engine keeps in shared memory per channel.
 inline constexpr int64_t kDirectMaxTaps = 256;

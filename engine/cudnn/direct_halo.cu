@@ -304,7 +304,7 @@ absl::Status Launch(const ConvLayerProblem& problem, const ConvLayerBuffers& b,
 template <typename T, int kC, int kRows, int kKb>
 absl::Status LaunchIfItFits(const ConvLayerProblem& problem, const ConvLayerBuffers& b,
                             cudaStream_t stream) {
-  if constexpr (DirectHaloSharedBytes(kC, kRows, kKb) <= kDirectHaloMaxSharedBytes) {
+  if constexpr (DirectHaloSharedBytes(kC, kRows, kKb) <= kDirectMaxSharedBytes) {
     return Launch<T, kC, kRows, kKb>(problem, b, stream);
   } else {
     return absl::InvalidArgumentError(absl::StrCat(

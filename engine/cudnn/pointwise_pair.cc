@@ -3,17 +3,13 @@
 #include "absl/strings/str_cat.h"
 
 namespace convserve {
-namespace {
 
-// Whether the kernel is built for `channels` as C0 or C2.
-bool OuterChannels(int64_t channels) {
+bool PointwiseKernelBuiltFor(int64_t channels) {
   for (int64_t built : kPointwisePairOuterChannels) {
     if (channels == built) return true;
   }
   return false;
 }
-
-}  // namespace
 
 std::string PointwiseLayerRejection(const ConvLayerProblem& problem, const char* kernel) {
   if (problem.dtype != DType::kFloat16 && problem.dtype != DType::kBFloat16) {
@@ -52,7 +48,7 @@ std::string PointwisePairRejection(const ConvLayerProblem& first, const ConvLaye
     return "the second layer does not read the first's output";
   }
   const int64_t c0 = first.input[1], c1 = first.output[1], c2 = second.output[1];
-  if (!OuterChannels(c0) || !OuterChannels(c2)) {
+  if (!PointwiseKernelBuiltFor(c0) || !PointwiseKernelBuiltFor(c2)) {
     return absl::StrCat("the outer channel counts are ", c0, " and ", c2,
                         "; the pair kernel is built for 32 and 64");
   }

@@ -34,6 +34,11 @@ inline constexpr int64_t kPointwisePairPad = 8;
 // 64 (each further count is 4 more kernels to compile, per dtype).
 inline constexpr int64_t kPointwisePairOuterChannels[] = {32, 64};
 
+// Whether the kernels are built for `channels` (one of
+// kPointwisePairOuterChannels) as the pair's C0 or C2, and the pointwise
+// GEMM's input channels.
+bool PointwiseKernelBuiltFor(int64_t channels);
+
 // Why `problem` is not a 1x1 conv with stride 1 and no padding, dilation or
 // groups on a 16-bit channels-last 4-D tensor, or "": what the pair kernel
 // needs of each of its layers and the direct path's pointwise GEMM of its

@@ -10,8 +10,9 @@
 // a cluster), into an output filled with NaN and followed by guard bytes:
 // every element must be written, none past the end.
 // Then the engine search: autotune races the GEMM against cuDNN on the
-// batch-1 layers (float16 and float32; on the float16 1x1 layers on 64
-// channels the pointwise GEMM's candidates join it), every direct candidate
+// batch-1 layers (float16 and float32; the pointwise GEMM's candidates
+// join it on the float16 1x1 layers on 64 channels, the halo GEMM's on the
+// float16 3x3 layers on 64 and 128), every direct candidate
 // passes the prober's guarded-buffer checks, and the line per layer shows
 // both sides' best time;
 // --direct_kernels=false keeps it out. Skips without a GPU; on a GPU without
@@ -211,8 +212,9 @@ TEST_F(DirectGemmTest, AutotuneRacesTheImplicitGemm) {
       }
     }
   }
-  std::printf("race: the direct path (implicit or pointwise GEMM) won %d of %d batch-1 layers\n",
-              won, layers);
+  std::printf(
+      "race: the direct path (implicit, pointwise or halo GEMM) won %d of %d batch-1 layers\n", won,
+      layers);
 }
 
 }  // namespace

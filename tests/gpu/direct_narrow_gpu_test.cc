@@ -106,7 +106,7 @@ class DirectNarrowTest : public CudnnDeviceTest {
     if (!layer.ok) return INFINITY;
     const std::vector<EngineConfigId> configs = DirectConvConfigs(layer.problem);
     if (configs.empty() && layer.problem.channels_last &&
-        DirectNarrowLayoutOf(layer.problem, 64).shared_bytes > kDirectNarrowMaxSharedBytes) {
+        DirectNarrowLayoutOf(layer.problem, 64).shared_bytes > kDirectMaxSharedBytes) {
       EXPECT_NE(DirectConvRejection(layer.problem).find("bytes of shared memory, over"),
                 std::string::npos)
           << DirectConvRejection(layer.problem);

@@ -134,7 +134,7 @@ TEST(DirectResidentWeightsTest, ThreeByThreeLayersOnFewChannelsHaveTheHaloGemm) 
   // and 64 float biases: two blocks fit an H100's SM.
   EXPECT_EQ(DirectHaloSharedBytes(p, 4, 64),
             (9 * 64 * 64 + 2 * 6 * 18 * 72 + 4 * 16 * 72) * 2 + 64 * 4);
-  EXPECT_LE(2 * (DirectHaloSharedBytes(p, 4, 64) + 1024), 228 << 10);
+  EXPECT_LE(2 * (DirectHaloSharedBytes(p, 4, 64) + 1024), kDirectSharedBytesPerSm);
   // Any padding, 32 channels, bfloat16, K a multiple of 32 (no 64-channel
   // tile when 64 does not divide it).
   p.dtype = DType::kBFloat16;
@@ -152,7 +152,7 @@ TEST(DirectResidentWeightsTest, ThreeByThreeLayersOnFewChannelsHaveTheHaloGemm) 
   p.input[1] = p.weights[1] = 128;
   p.weights[0] = p.output[1] = 128;
   EXPECT_EQ(DirectHaloRejection(p), "");
-  EXPECT_GT(DirectHaloSharedBytes(p, 8, 64), kDirectHaloMaxSharedBytes);
+  EXPECT_GT(DirectHaloSharedBytes(p, 8, 64), kDirectMaxSharedBytes);
   EXPECT_NE(DirectConfigRejection(p, ConfigId("direct:e4:k2=64,k6=8")), "");
   for (const char* name :
        {"direct:e4:k2=64,k6=4", "direct:e4:k2=32,k6=4", "direct:e4:k2=32,k6=8"}) {
