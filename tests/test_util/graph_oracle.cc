@@ -49,26 +49,35 @@ absl::StatusOr<OracleReference> ComputeReference(const RandomGraphCase& graph_ca
   return reference;
 }
 
-// Compares one output (logical `shape`, bytes in the graph's layout) with
-// the reference; records the error in `report` and returns a failure text,
-// or "" when within `bound`.
-std::string CompareOutput(const OracleReference& reference, DType dtype, double bound,
-                          const Shape& shape, const std::string& bytes, OracleReport* report) {
-  const double kFailed = std::numeric_limits<double>::infinity();
+// Records `error` of graph `graph` in `report`'s largest errors.
+void RecordError(OracleReport* report, DType dtype, const std::string& graph, double error) {
   double& max_error = report->max_error.try_emplace(dtype, 0.0).first->second;
+  if (error > max_error || !report->worst_graph.count(dtype)) {
+    max_error = std::max(max_error, error);
+    report->worst_graph[dtype] = graph;
+  }
+}
+
+// Compares one output (logical `shape`, bytes in the graph's layout) of
+// graph `graph` with the reference; records the error in `report` and
+// returns a failure text, or "" when within `bound`.
+std::string CompareOutput(const OracleReference& reference, DType dtype, double bound,
+                          const std::string& graph, const Shape& shape, const std::string& bytes,
+                          OracleReport* report) {
+  const double kFailed = std::numeric_limits<double>::infinity();
   if (shape != reference.shape) {
-    max_error = kFailed;
+    RecordError(report, dtype, graph, kFailed);
     return absl::StrCat("output shape ", ShapeToString(shape), ", reference ",
                         ShapeToString(reference.shape));
   }
   const size_t expected_bytes = reference.values.size() * DTypeSize(dtype);
   if (bytes.size() != expected_bytes) {
-    max_error = kFailed;
+    RecordError(report, dtype, graph, kFailed);
     return absl::StrCat("output holds ", bytes.size(), " bytes, expected ", expected_bytes);
   }
   // RelativeL2Error is infinite when the output holds a NaN.
   const double error = RelativeL2Error(DecodeToDouble(dtype, bytes), reference.values);
-  max_error = std::max(max_error, error);
+  RecordError(report, dtype, graph, error);
   if (error <= bound) return "";
   return absl::StrCat("relative L2 error ", error, " > bound ", bound,
                       std::isinf(error) ? " (NaN in the output)" : "");
@@ -89,7 +98,8 @@ std::string CheckInfer(ConvServeClient* client, const RandomGraphCase& graph_cas
   if (!response.ok()) return response.status().ToString();
   const v1::Tensor& output = response->output();
   const Shape shape(output.shape().begin(), output.shape().end());
-  return CompareOutput(reference, dtype, bound, shape, output.data(), report);
+  return CompareOutput(reference, dtype, bound, graph_case.graph.name(), shape, output.data(),
+                       report);
 }
 
 // The KServe ModelInfer of `graph_case`, raw bytes in and out; KServe shapes
@@ -122,12 +132,12 @@ std::string CheckModelInfer(ConvServeClient* client, const RandomGraphCase& grap
   // Compared in logical form by CompareOutput; a byte-order shape that does
   // not match is reported as such.
   if (physical != expected_physical) {
-    report->max_error[dtype] = std::numeric_limits<double>::infinity();
+    RecordError(report, dtype, graph_case.graph.name(), std::numeric_limits<double>::infinity());
     return absl::StrCat("output shape (byte order) ", ShapeToString(physical), ", expected ",
                         ShapeToString(expected_physical));
   }
-  return CompareOutput(reference, dtype, bound, reference.shape, response->raw_output_contents(0),
-                       report);
+  return CompareOutput(reference, dtype, bound, graph_case.graph.name(), reference.shape,
+                       response->raw_output_contents(0), report);
 }
 
 void RunCase(ConvServeClient* client, const OracleCase& oracle_case, const OracleBounds& bounds,
@@ -199,8 +209,7 @@ void OracleReport::Merge(const OracleReport& other) {
   zero_references += other.zero_references;
   failures.insert(failures.end(), other.failures.begin(), other.failures.end());
   for (const auto& [dtype, error] : other.max_error) {
-    double& mine = max_error.try_emplace(dtype, 0.0).first->second;
-    mine = std::max(mine, error);
+    RecordError(this, dtype, other.worst_graph.at(dtype), error);
   }
   wall_seconds = std::max(wall_seconds, other.wall_seconds);
 }
@@ -262,8 +271,10 @@ std::string FormatReportLine(const OracleReport& report, const OracleBounds& bou
       absl::StrFormat("graphs %d  requests %d  failures %d  zero-refs %d", report.graphs,
                       report.requests, report.failures.size(), report.zero_references);
   for (const auto& [dtype, error] : report.max_error) {
-    absl::StrAppendFormat(&line, "  %s max %.2e (bound %.0e)", DTypeName(dtype), error,
-                          bounds.For(dtype));
+    const auto worst = report.worst_graph.find(dtype);
+    absl::StrAppendFormat(&line, "  %s max %.2e (bound %.0e, %s)", DTypeName(dtype), error,
+                          bounds.For(dtype),
+                          worst != report.worst_graph.end() ? worst->second : "?");
   }
   absl::StrAppendFormat(&line, "  %.1f s", report.wall_seconds);
   return line;

@@ -91,6 +91,9 @@ struct OracleReport {
   // Largest relative L2 error seen per dtype (infinite for NaN or a wrong
   // size); dtypes never compared are absent.
   std::map<DType, double> max_error;
+  // The graph that gave each max_error (its name), so a run's worst case can
+  // be found and rerun.
+  std::map<DType, std::string> worst_graph;
   // Wall time of the run.
   double wall_seconds = 0;
 
@@ -108,7 +111,7 @@ OracleReport RunOracle(const std::string& address, const OracleCases& cases,
 // Counts of `cases` per dtype and layout, as a table for a test's log.
 std::string FormatCaseTable(const OracleCases& cases);
 // One line: graphs, requests, failures, zero references, max error per dtype
-// against its bound, wall seconds.
+// against its bound and the graph that gave it, wall seconds.
 std::string FormatReportLine(const OracleReport& report, const OracleBounds& bounds);
 // Every failure on its own line: description, then the error.
 std::string FormatFailures(const OracleReport& report);
