@@ -17,6 +17,8 @@ constexpr int64_t kTileChannelChoices[] = {64, 32};
 constexpr int64_t kSplitChoices[] = {1, 2, 4, 8};
 constexpr int64_t kTilePixelChoices[] = {128, 64};
 constexpr int64_t kBlocksPerSmChoices[] = {2, 1};
+// The pointwise GEMM's output channels a block (knob 2), besides all of K.
+constexpr int64_t kSliceChoices[] = {128, 64};
 constexpr int64_t kTileRowChoices[] = {4, 8};
 // The GEMM engines' configurations are listed best guess first: the one
 // whose block count comes nearest this (an H100's 132 SMs).
@@ -95,6 +97,12 @@ int64_t GemmChunks(const ConvLayerProblem& problem) {
 }
 
 }  // namespace
+
+int64_t DirectPointwiseBlocks(int64_t pixels, int64_t k, int64_t slice, int64_t max_blocks) {
+  const int64_t tiles = (pixels + kPointwisePairTile - 1) / kPointwisePairTile;
+  const int64_t slices = k / slice;
+  return slices * std::max<int64_t>(1, std::min(tiles, max_blocks / slices));
+}
 
 std::string DirectPointwiseRejection(const ConvLayerProblem& problem) {
   if (std::string why = PointwiseLayerRejection(problem, "the pointwise GEMM"); !why.empty()) {
@@ -175,19 +183,29 @@ std::vector<std::pair<double, EngineConfigId>> HaloConfigs(const ConvLayerProble
   return configs;
 }
 
-// The pointwise GEMM's configurations with the blocks each launches (one a tile at most).
+// The pointwise GEMM's configurations with the blocks each launches (one a
+// tile and slice at most): a block computes all K output channels (no
+// knob 2) or, when a block a tile leaves SMs idle, a slice of them.
 std::vector<std::pair<double, EngineConfigId>> PointwiseConfigs(const ConvLayerProblem& problem) {
   const int64_t pixels = problem.output[0] * problem.output[2] * problem.output[3];
   const int64_t tiles = (pixels + kPointwisePairTile - 1) / kPointwisePairTile;
+  const int64_t k = problem.output[1];
+  std::vector<int64_t> slices = {k};
+  for (int64_t slice : kSliceChoices) {
+    if (tiles < kBlocksGuess && slice < k && k % slice == 0) slices.push_back(slice);
+  }
   std::vector<std::pair<double, EngineConfigId>> configs;
-  for (int64_t blocks_per_sm : kBlocksPerSmChoices) {
-    EngineConfigId id;
-    id.path = LayerPath::kDirect;
-    id.engine = kDirectPointwiseEngine;
-    id.knobs = {{kDirectKnobBlocksPerSm, blocks_per_sm}};
-    configs.emplace_back(
-        static_cast<double>(std::min<int64_t>(tiles, blocks_per_sm * kBlocksGuess)),
-        std::move(id));
+  for (int64_t slice : slices) {
+    for (int64_t blocks_per_sm : kBlocksPerSmChoices) {
+      EngineConfigId id;
+      id.path = LayerPath::kDirect;
+      id.engine = kDirectPointwiseEngine;
+      if (slice < k) id.knobs.push_back({kDirectKnobTileChannels, slice});
+      id.knobs.push_back({kDirectKnobBlocksPerSm, blocks_per_sm});
+      const auto most = static_cast<int64_t>(blocks_per_sm * kBlocksGuess);
+      configs.emplace_back(static_cast<double>(DirectPointwiseBlocks(pixels, k, slice, most)),
+                           std::move(id));
+    }
   }
   return configs;
 }

@@ -44,7 +44,9 @@
 // multiple of 32 up to kDirectPointwiseMaxChannels: the pointwise pair
 // kernel's first conv on its own (engine/cudnn/direct_pointwise.cu). Blocks
 // keep the weights in shared memory and stream 128-pixel tiles through it;
-// knob 5 is the blocks launched per SM (2 or 1). For the layers with many
+// knob 5 is the blocks launched per SM (2 or 1), knob 2 the output channels
+// a block computes (64 or 128; absent: all K), so that a layer of few
+// tiles (batch 1) has K/knob 2 times the blocks. For the layers with many
 // pixels and a short reduction, memory-bound, where cuDNN ran at 57-69% of
 // the bandwidth floor (ResNet-50's 64->64 and 64->256 at batch 32).
 //
@@ -76,9 +78,10 @@
 namespace convserve {
 
 // The direct path's revision, in the plan store's policy key: raised with
-// each engine added (now 5, engines 0-4), so that engine choices stored by
-// an older server, which never raced the new engine, are searched again.
-inline constexpr int kDirectPathRevision = 5;
+// each engine or configuration added (now 6: engines 0-4, and engine 3's
+// output-channel slices), so that engine choices stored by an older server,
+// which never raced the new ones, are searched again.
+inline constexpr int kDirectPathRevision = 6;
 inline constexpr int64_t kDirectDepthwiseEngine = 0;
 inline constexpr int64_t kDirectKnobColumns = 0;
 inline constexpr int64_t kDirectKnobVectorBytes = 1;
@@ -147,6 +150,12 @@ DirectNarrowLayout DirectNarrowLayoutOf(const ConvLayerProblem& problem, int64_t
 // Why the pointwise GEMM (engine 3) does not run `problem`, or "" when it
 // does (the implicit GEMM runs every such layer too).
 std::string DirectPointwiseRejection(const ConvLayerProblem& problem);
+
+// The blocks the pointwise GEMM launches on `pixels` pixels into `k`
+// output channels, `slice` of them a block, with at most `max_blocks`
+// (blocks an SM times SMs): a whole number of blocks per slice, each slice
+// a block per 128-pixel tile at most.
+int64_t DirectPointwiseBlocks(int64_t pixels, int64_t k, int64_t slice, int64_t max_blocks);
 
 // Why the halo GEMM (engine 4) does not run `problem`, or "" when it does
 // (the implicit GEMM runs every such layer too).

@@ -1,7 +1,8 @@
 // The direct path's pointwise GEMM (engine 3 of engine/cudnn/direct_conv.h):
 // one 1x1 conv of 32 or 64 input channels, the pointwise pair kernel's first
 // conv on its own. Each block keeps the weights ([K][C], at most
-// kDirectPointwiseMaxChannels rows) and the bias in shared memory for its
+// kDirectPointwiseMaxChannels rows; or a slice of 64 or 128 of the K rows,
+// knob 2, for layers of few tiles) and the bias in shared memory for its
 // life and loops over 128-pixel tiles, copying the next tile's input in
 // (cp.async) while it computes this one. Each of its 8 warps owns 16 pixel
 // rows of the tile and reads their A fragments once (ldmatrix); then, for
@@ -20,6 +21,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "engine/activation.h"
@@ -70,15 +72,22 @@ __device__ inline void Chunks(const unsigned (&x)[kM][kC0 / 16][4], const T* sha
   }
 }
 
-// kC0: 32 or 64; k a multiple of 32, at most kDirectPointwiseMaxChannels.
-// Shared memory as PointwiseSharedBytes counts it: w [K][C0 + pad] (on the
-// wgmma path swizzled, SwizzledWeight, without the padding), two input
-// tiles [128][C0 + pad], the bias in float.
+// kC0: 32 or 64; Y has k channels, a multiple of `channels`, which is a
+// multiple of 32: each block computes one slice of `channels` of them
+// (block b slice b % (k / channels)) for tiles b / (k / channels), then
+// every gridDim.x / (k / channels) on; the grid is a multiple of the
+// slices. Shared memory as PointwiseSharedBytes counts it: the slice's w
+// [channels][C0 + pad] (on the wgmma path swizzled, SwizzledWeight, without
+// the padding), two input tiles [128][C0 + pad], its bias in float.
 template <typename T, int kC0>
 __global__ void __launch_bounds__(kThreads, 2)
     PointwiseGemm(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ bias,
-                  Activation activation, T* __restrict__ y, int64_t pixels, int k) {
+                  Activation activation, T* __restrict__ y, int64_t pixels, int k, int channels) {
   AwaitPreviousKernel();
+  const int slices = k / channels, slice = static_cast<int>(blockIdx.x % slices);
+  w += static_cast<int64_t>(slice) * channels * kC0;
+  if (bias != nullptr) bias += slice * channels;
+  y += slice * channels;
   constexpr int kRow0 = kC0 + kPad, kSteps0 = kC0 / 16;
   const bool relu = activation.kind == ActivationKind::kRelu && activation.negative_slope == 0.f;
   const float clip = activation.has_upper_clip ? activation.upper_clip : INFINITY;
@@ -86,21 +95,21 @@ __global__ void __launch_bounds__(kThreads, 2)
   // at; their padded size is a multiple of 512 (k a multiple of 32).
   extern __shared__ __align__(1024) unsigned char shared[];
   T* const shared_w = reinterpret_cast<T*>(shared);
-  T* const shared_x = shared_w + k * kRow0;
+  T* const shared_x = shared_w + channels * kRow0;
   float* const shared_bias = reinterpret_cast<float*>(shared_x + 2 * kTile * kRow0);
   const int thread = threadIdx.x, lane = thread & 31, warp = thread >> 5;
-  const int64_t tiles = (pixels + kTile - 1) / kTile;
-  CopyFirstWeights<T, kC0>(shared_w, w, k, thread);
-  CopyBias(shared_bias, bias, k, thread);
-  int64_t tile = blockIdx.x;
+  const int64_t tiles = (pixels + kTile - 1) / kTile, tile_step = gridDim.x / slices;
+  CopyFirstWeights<T, kC0>(shared_w, w, channels, thread);
+  CopyBias(shared_bias, bias, channels, thread);
+  int64_t tile = blockIdx.x / slices;
   if (tile < tiles) CopyInputTile<T, kC0>(shared_x, 0, x, tile, pixels, thread);
   AwaitFirstCopies();
 
   const int g = lane >> 2, t = lane & 3;
   const int a_row = lane & 15, a_column = (lane >> 4) * 8;
   const int b_row = (lane & 7) + ((lane >> 4) << 3), b_column = ((lane >> 3) & 1) * 8;
-  for (int buffer = 0; tile < tiles; tile += gridDim.x, buffer ^= 1) {
-    const int64_t next = tile + gridDim.x;
+  for (int buffer = 0; tile < tiles; tile += tile_step, buffer ^= 1) {
+    const int64_t next = tile + tile_step;
     if (next < tiles) CopyInputTile<T, kC0>(shared_x, buffer ^ 1, x, next, pixels, thread);
     CopyAsyncCommit();
     T* const tile_x = shared_x + (buffer * kTile + warp * kRowsPerWarp) * kRow0;
@@ -126,7 +135,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     };
     // A plain ReLU gets its own copy of the loop, without the switch.
     if (relu) {
-      Chunks<T, kC0>(x_fragments, shared_w, k, b_row, b_column,
+      Chunks<T, kC0>(x_fragments, shared_w, channels, b_row, b_column,
                      [&](const float(&acc)[kM][4][4], int chunk) {
                        unsigned a[kM][2][4];
                        HiddenChunk(acc, shared_bias, chunk, t, PackRelu<T>{Pack<T>(clip, clip)},
@@ -134,7 +143,7 @@ __global__ void __launch_bounds__(kThreads, 2)
                        store(a, chunk);
                      });
     } else {
-      Chunks<T, kC0>(x_fragments, shared_w, k, b_row, b_column,
+      Chunks<T, kC0>(x_fragments, shared_w, channels, b_row, b_column,
                      [&](const float(&acc)[kM][4][4], int chunk) {
                        unsigned a[kM][2][4];
                        WithKind(activation,
@@ -147,38 +156,38 @@ __global__ void __launch_bounds__(kThreads, 2)
   }
 }
 
-int64_t PointwiseSharedBytes(const ConvLayerProblem& problem) {
-  const int64_t c = problem.input[1], k = problem.output[1], row = c + kPad;
-  return (k * row + 2 * kTile * row) * static_cast<int64_t>(DTypeSize(problem.dtype)) +
-         k * static_cast<int64_t>(sizeof(float));
+int64_t PointwiseSharedBytes(const ConvLayerProblem& problem, int64_t channels) {
+  const int64_t row = problem.input[1] + kPad;
+  return (channels * row + 2 * kTile * row) * static_cast<int64_t>(DTypeSize(problem.dtype)) +
+         channels * static_cast<int64_t>(sizeof(float));
 }
 
 template <typename T, int kC0>
 absl::Status Launch(const ConvLayerProblem& problem, const ConvLayerBuffers& b,
-                    int64_t blocks_per_sm, cudaStream_t stream) {
+                    int64_t blocks_per_sm, int64_t channels, cudaStream_t stream) {
   const auto kernel = PointwiseGemm<T, kC0>;
-  const int bytes = static_cast<int>(PointwiseSharedBytes(problem));
+  const int bytes = static_cast<int>(PointwiseSharedBytes(problem, channels));
   // Over the default 48 KiB: opted into on every launch, as the GEMM does.
   CUDA_RETURN_IF_ERROR(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
   const int64_t pixels = problem.input[0] * problem.input[2] * problem.input[3];
-  const int64_t tiles = (pixels + kTile - 1) / kTile;
   const int64_t sms = CurrentDeviceAttribute(cudaDevAttrMultiProcessorCount, 1);
-  const int64_t blocks = std::max<int64_t>(1, std::min(tiles, blocks_per_sm * sms));
+  const int64_t blocks =
+      DirectPointwiseBlocks(pixels, problem.output[1], channels, blocks_per_sm * sms);
   CUDA_RETURN_IF_ERROR(LaunchDependent(
       kernel, dim3(static_cast<unsigned>(blocks)), dim3(kThreads), static_cast<size_t>(bytes),
       stream, static_cast<const T*>(b.x), static_cast<const T*>(b.w),
       static_cast<const T*>(b.bias), problem.activation, static_cast<T*>(b.y), pixels,
-      static_cast<int>(problem.output[1])));
+      static_cast<int>(problem.output[1]), static_cast<int>(channels)));
   return absl::OkStatus();
 }
 
 template <typename T>
 absl::Status DispatchChannels(const ConvLayerProblem& problem, const ConvLayerBuffers& b,
-                              int64_t blocks_per_sm, cudaStream_t stream) {
+                              int64_t blocks_per_sm, int64_t channels, cudaStream_t stream) {
   switch (problem.input[1]) {
-    case 32: return Launch<T, 32>(problem, b, blocks_per_sm, stream);
-    case 64: return Launch<T, 64>(problem, b, blocks_per_sm, stream);
+    case 32: return Launch<T, 32>(problem, b, blocks_per_sm, channels, stream);
+    case 64: return Launch<T, 64>(problem, b, blocks_per_sm, channels, stream);
   }
   return absl::InvalidArgumentError("the pointwise GEMM is built for 32 or 64 input channels");
 }
@@ -189,9 +198,18 @@ absl::Status DispatchChannels(const ConvLayerProblem& problem, const ConvLayerBu
 absl::Status LaunchDirectPointwise(const ConvLayerProblem& problem, const EngineConfigId& id,
                                    const ConvLayerBuffers& buffers, cudaStream_t stream) {
   const int64_t blocks_per_sm = DirectKnob(id, kDirectKnobBlocksPerSm);
-  if (blocks_per_sm != 1 && blocks_per_sm != 2) {
+  const int64_t k = problem.output[1];
+  // Knob 2 absent: the block computes all K channels.
+  const int64_t channels = DirectKnob(id, kDirectKnobTileChannels) > 0
+                               ? DirectKnob(id, kDirectKnobTileChannels)
+                               : k;
+  if ((blocks_per_sm != 1 && blocks_per_sm != 2) || channels % kPointwisePairChunk != 0 ||
+      k % channels != 0) {
     return absl::InvalidArgumentError(
         absl::StrCat(id.ToString(), " is not a configuration of the direct pointwise GEMM"));
+  }
+  if (std::string why = DirectPointwiseRejection(problem); !why.empty()) {
+    return absl::InvalidArgumentError(why);
   }
   if (CurrentDeviceAttribute(cudaDevAttrComputeCapabilityMajor, 0) * 10 <
       kDirectPointwiseComputeCapability) {
@@ -200,10 +218,11 @@ absl::Status LaunchDirectPointwise(const ConvLayerProblem& problem, const Engine
   }
   switch (problem.dtype) {
     case DType::kFloat16:
-      return pair_kernel::DispatchChannels<__half>(problem, buffers, blocks_per_sm, stream);
+      return pair_kernel::DispatchChannels<__half>(problem, buffers, blocks_per_sm, channels,
+                                                   stream);
     case DType::kBFloat16:
       return pair_kernel::DispatchChannels<__nv_bfloat16>(problem, buffers, blocks_per_sm,
-                                                          stream);
+                                                          channels, stream);
     case DType::kFloat32:
       break;
   }

@@ -6,9 +6,11 @@
 //   batch 12-16 at 56-64 so that every block loops over several tiles; every
 //   activation, with and without bias;
 // - ResNet-50's 64->64 and 64->256 at 56x56, batch 1 and 2, both dtypes;
-// each under both configurations (one or two blocks an SM), into an output
-// filled with NaN and followed by guard bytes: every element must be
-// written, none past the end.
+// each under every configuration (one or two blocks an SM; all K output
+// channels a block or, on few tiles, slices of 64 or 128: K = 512 at
+// batch 3 loops blocks over several tiles a slice), into an output filled
+// with NaN and followed by guard bytes: every element must be written,
+// none past the end.
 // Then the engine search: autotune races it with the implicit GEMM and
 // cuDNN on ResNet-50's two layers at batch 1 and 32 (every direct
 // candidate passes the prober's guarded-buffer checks) and prints each
@@ -79,7 +81,19 @@ class DirectPointwiseTest : public CudnnDeviceTest {
   // Runs both pointwise configurations of `c` and checks each output;
   // returns the largest relative L2 error.
   double CheckCase(const LayerCase& c, std::mt19937_64* rng) {
-    return RunEngineConfigs(c, rng, kDirectPointwiseEngine, 2);
+    return RunEngineConfigs(c, rng, kDirectPointwiseEngine, ConfigCount(c));
+  }
+
+  // One or two blocks an SM, each with all K output channels a block and,
+  // on fewer than 132 tiles of 128 pixels, with each slice of 128 or 64
+  // that divides K (direct_conv.h, engine 3).
+  static size_t ConfigCount(const LayerCase& c) {
+    const int64_t tiles = (c.batch * c.height * c.width + 127) / 128;
+    size_t slices = 1;
+    for (int64_t slice : {128, 64}) {
+      slices += tiles < 132 && slice < c.out_channels && c.out_channels % slice == 0;
+    }
+    return 2 * slices;
   }
 };
 

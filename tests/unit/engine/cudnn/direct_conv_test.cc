@@ -132,10 +132,12 @@ TEST(DirectConvTest, DenseLayersHaveTheImplicitGemmConfigurations) {
   narrow.input = {1, 32, 7, 7};
   narrow.weights = {512, 32, 1, 1};
   narrow.pad_before = narrow.pad_after = {0, 0};
-  // (The pointwise GEMM runs it too: 1 block, as far from 132 as it gets.)
+  // (The pointwise GEMM too: 1 tile, in 8 or 4 slices of the outputs or 1.)
   EXPECT_EQ(DirectConfigNames(narrow),
-            (std::vector<std::string>{"direct:e1:k2=32,k3=1", "direct:e1:k2=64,k3=1",
-                                      "direct:e3:k5=2", "direct:e3:k5=1"}));
+            (std::vector<std::string>{
+                "direct:e1:k2=32,k3=1", "direct:e1:k2=64,k3=1", "direct:e3:k2=64,k5=2",
+                "direct:e3:k2=64,k5=1", "direct:e3:k2=128,k5=2", "direct:e3:k2=128,k5=1",
+                "direct:e3:k5=2", "direct:e3:k5=1"}));
   // In float32 the same layer is two steps, so it splits in two.
   narrow.dtype = DType::kFloat32;
   EXPECT_EQ(DirectConfigNames(narrow),

@@ -66,8 +66,24 @@ TEST(DirectResidentWeightsTest, OneByOneLayersOnFewChannelsHaveThePointwiseGemm)
                                 "direct:e3:k5=1", "direct:e3:k5=2", "direct:e1:k2=64,k3=1",
                                 "direct:e1:k2=64,k3=2", "direct:e1:k2=32,k3=1",
                                 "direct:e1:k2=32,k3=2"}));
-  // bfloat16, 32 input channels and up to 512 outputs too; a block per tile
-  // at most (3,136 pixels at batch 1: 25 blocks either way).
+  // At batch 1, 25 tiles: a block a tile leaves most SMs idle, so blocks
+  // of 64 or 128 of the 256 output channels are listed too (100 and 50
+  // blocks), all in the implicit GEMM's order, nearest 132 blocks first.
+  p.input[0] = p.output[0] = 1;
+  EXPECT_EQ(DirectConfigNames(p), (std::vector<std::string>{
+                                "direct:e3:k2=64,k5=2", "direct:e3:k2=64,k5=1",
+                                "direct:e1:k2=64,k3=1", "direct:e3:k2=128,k5=2",
+                                "direct:e3:k2=128,k5=1", "direct:e1:k2=64,k3=2",
+                                "direct:e1:k2=32,k3=1", "direct:e3:k5=2", "direct:e3:k5=1",
+                                "direct:e1:k2=32,k3=2"}));
+  // A whole number of blocks a slice, a tile each at most.
+  EXPECT_EQ(DirectPointwiseBlocks(3136, 256, 64, 264), 100);
+  EXPECT_EQ(DirectPointwiseBlocks(3136, 256, 256, 264), 25);
+  EXPECT_EQ(DirectPointwiseBlocks(100352, 256, 64, 264), 264);
+  EXPECT_EQ(DirectPointwiseBlocks(100352, 256, 128, 132), 132);
+  EXPECT_EQ(DirectPointwiseBlocks(100352, 512, 64, 4), 8);
+
+  // bfloat16, 32 input channels and up to 512 outputs too.
   p.dtype = DType::kBFloat16;
   p.input = {1, 32, 56, 56};
   p.weights = {512, 32, 1, 1};
@@ -75,7 +91,14 @@ TEST(DirectResidentWeightsTest, OneByOneLayersOnFewChannelsHaveThePointwiseGemm)
   EXPECT_EQ(DirectPointwiseRejection(p), "");
   EXPECT_EQ(DirectConfigRejection(p, ConfigId("direct:e3:k5=2")), "");
   EXPECT_EQ(DirectConfigRejection(p, ConfigId("direct:e3:k5=1")), "");
+  EXPECT_EQ(DirectConfigRejection(p, ConfigId("direct:e3:k2=64,k5=2")), "");
+  EXPECT_EQ(DirectConfigRejection(p, ConfigId("direct:e3:k2=128,k5=1")), "");
   EXPECT_NE(DirectConfigRejection(p, ConfigId("direct:e3:k5=3")), "");
+  EXPECT_NE(DirectConfigRejection(p, ConfigId("direct:e3:k2=96,k5=2")), "");
+  EXPECT_NE(DirectConfigRejection(p, ConfigId("direct:e3:k2=512,k5=2")), "");
+  // Not at batch 32 (784 tiles fill the SMs already).
+  p.input[0] = p.output[0] = 32;
+  EXPECT_NE(DirectConfigRejection(p, ConfigId("direct:e3:k2=64,k5=2")), "");
 
   // What it refuses (the implicit GEMM still runs each but the last).
   const auto rejection = [](ConvLayerProblem q) {
