@@ -34,7 +34,9 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "engine/activation.h"
 #include "engine/cudnn/cudnn_status.h"
 #include "engine/cudnn/dependent_launch.h"
@@ -93,18 +95,28 @@ struct OutputEpilogue {
 };
 
 // kC0, kC2: 32 or 64 (each further count costs compile time; the wgmma
-// path needs multiples of 32, and a wgmma instruction of N = C2); c1 a
-// multiple of 32. Shared memory as PointwisePairSharedBytes counts it: w0
-// [C1][C0 + pad], w1 [C2][C1 + pad], two input tiles [128][C0 + pad], then
-// the biases in float. On the wgmma path each weight matrix sits swizzled
-// (SwizzledWeight) at the start of its region, without the padding.
+// path needs multiples of 32, and a wgmma instruction of N = kC2); c1 a
+// multiple of 32. Y has c2 channels, a multiple of kC2: each block computes
+// one slice of kC2 of them (block b slice b % (c2 / kC2), the second
+// conv's weights and bias from that row on) for tiles b / (c2 / kC2), then
+// every gridDim.x / (c2 / kC2) on; the grid is a multiple of the slices.
+// Shared memory as PointwisePairSharedBytes counts it for a second conv of
+// kC2 outputs: w0 [C1][C0 + pad], w1 [kC2][C1 + pad], two input tiles
+// [128][C0 + pad], then the biases in float. On the wgmma path each weight
+// matrix sits swizzled (SwizzledWeight) at the start of its region, without
+// the padding.
 template <typename T, int kC0, int kC2>
 __global__ void __launch_bounds__(kThreads, 2)
     PointwisePairKernel(const T* __restrict__ x, const T* __restrict__ w0,
                         const T* __restrict__ bias0, Activation activation0,
                         const T* __restrict__ w1, const T* __restrict__ bias1,
-                        Activation activation1, T* __restrict__ y, int64_t pixels, int c1) {
+                        Activation activation1, T* __restrict__ y, int64_t pixels, int c1,
+                        int c2) {
   AwaitPreviousKernel();
+  const int slices = c2 / kC2, slice = static_cast<int>(blockIdx.x % slices);
+  w1 += static_cast<int64_t>(slice) * kC2 * c1;
+  if (bias1 != nullptr) bias1 += slice * kC2;
+  y += slice * kC2;
   constexpr int kRow0 = kC0 + kPad, kSteps0 = kC0 / 16, kBlocks2 = kC2 / 8;
   const int row1 = c1 + kPad;
   const bool relu0 =
@@ -122,7 +134,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   float* const shared_bias0 = reinterpret_cast<float*>(shared_x + 2 * kTile * kRow0);
   float* const shared_bias1 = shared_bias0 + c1;
   const int thread = threadIdx.x, lane = thread & 31, warp = thread >> 5;
-  const int64_t tiles = (pixels + kTile - 1) / kTile;
+  const int64_t tiles = (pixels + kTile - 1) / kTile, tile_step = gridDim.x / slices;
   const auto load_tile = [&](int64_t tile, int buffer) {
     CopyInputTile<T, kC0>(shared_x, buffer, x, tile, pixels, thread);
   };
@@ -135,7 +147,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   }
   CopyBias(shared_bias0, bias0, c1, thread);
   CopyBias(shared_bias1, bias1, kC2, thread);
-  int64_t tile = blockIdx.x;
+  int64_t tile = blockIdx.x / slices;
   if (tile < tiles) load_tile(tile, 0);
   AwaitFirstCopies();
 
@@ -144,8 +156,8 @@ __global__ void __launch_bounds__(kThreads, 2)
   const int g = lane >> 2, t = lane & 3;
   const int a_row = lane & 15, a_column = (lane >> 4) * 8;
   const int b_row = (lane & 7) + ((lane >> 4) << 3), b_column = ((lane >> 3) & 1) * 8;
-  for (int buffer = 0; tile < tiles; tile += gridDim.x, buffer ^= 1) {
-    const int64_t next = tile + gridDim.x;
+  for (int buffer = 0; tile < tiles; tile += tile_step, buffer ^= 1) {
+    const int64_t next = tile + tile_step;
     if (next < tiles) load_tile(next, buffer ^ 1);
     CopyAsyncCommit();
     T* const tile_x = shared_x + (buffer * kTile + warp * kRowsPerWarp) * kRow0;
@@ -180,8 +192,8 @@ __global__ void __launch_bounds__(kThreads, 2)
     // were (read into x_fragments above; no other warp reads them), so the
     // epilogue stages them there and the warp stores whole lines.
     constexpr bool kStaged = kC2 <= kC0;
-    T* const out = kStaged ? tile_x : y + first_row * kC2;
-    const int pitch = kStaged ? kRow0 : kC2;
+    T* const out = kStaged ? tile_x : y + first_row * c2;
+    const int pitch = kStaged ? kRow0 : c2;
     if constexpr (kStaged) __syncwarp();  // the warp's ldmatrix reads of them are done
     if (relu1) {
       OutputRows<T, kC2>(acc1, shared_bias1, PackRelu<T>{Pack<T>(clip1, clip1)}, out, pitch,
@@ -192,7 +204,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     }
     if constexpr (kStaged) {
       __syncwarp();
-      StoreStagedRows<T, kC2>(tile_x, kRow0, y + first_row * kC2, kC2, valid_rows, lane);
+      StoreStagedRows<T, kC2>(tile_x, kRow0, y + first_row * c2, c2, valid_rows, lane);
     }
     CopyAsyncWait<0>();
     __syncthreads();
@@ -203,18 +215,27 @@ struct PairLaunch {
   const ConvLayerProblem& first;
   const ConvLayerProblem& second;
   const PointwisePairBuffers& buffers;
-  int blocks;  // 0: only set the shared memory limit and count resident blocks
+  // blocks 0: only set the shared memory limit and count resident blocks.
+  PointwisePairGrid grid;
   cudaStream_t stream;
-  int* resident;  // set when blocks == 0
+  int* resident;  // set when grid.blocks == 0
 };
+
+// `second` with only `channels` of its outputs: what one slice computes.
+ConvLayerProblem OutputSlice(const ConvLayerProblem& second, int64_t channels) {
+  ConvLayerProblem slice = second;
+  slice.output[1] = slice.weights[0] = channels;
+  return slice;
+}
 
 template <typename T, int kC0, int kC2>
 absl::Status LaunchTyped(const PairLaunch& launch) {
   const auto kernel = PointwisePairKernel<T, kC0, kC2>;
-  const int64_t shared_bytes = PointwisePairSharedBytes(launch.first, launch.second);
+  const int64_t shared_bytes =
+      PointwisePairSharedBytes(launch.first, OutputSlice(launch.second, kC2));
   CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(
       kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared_bytes)));
-  if (launch.blocks == 0) {
+  if (launch.grid.blocks == 0) {
     CUDA_RETURN_IF_ERROR(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
         launch.resident, kernel, kThreads, static_cast<size_t>(shared_bytes)));
     return absl::OkStatus();
@@ -222,19 +243,19 @@ absl::Status LaunchTyped(const PairLaunch& launch) {
   const PointwisePairBuffers& b = launch.buffers;
   const Shape& x = launch.first.input;
   CUDA_RETURN_IF_ERROR(LaunchDependent(
-      kernel, dim3(launch.blocks), dim3(kThreads), static_cast<size_t>(shared_bytes),
+      kernel, dim3(launch.grid.blocks), dim3(kThreads), static_cast<size_t>(shared_bytes),
       launch.stream, static_cast<const T*>(b.x), static_cast<const T*>(b.w0),
       launch.first.has_bias ? static_cast<const T*>(b.bias0) : nullptr,
       launch.first.activation, static_cast<const T*>(b.w1),
       launch.second.has_bias ? static_cast<const T*>(b.bias1) : nullptr,
       launch.second.activation, static_cast<T*>(b.y), x[0] * x[2] * x[3],
-      static_cast<int>(launch.first.output[1])));
+      static_cast<int>(launch.first.output[1]), static_cast<int>(launch.second.output[1])));
   return absl::OkStatus();
 }
 
 template <typename T, int kC0>
 absl::Status DispatchC2(const PairLaunch& launch) {
-  switch (launch.second.output[1]) {
+  switch (launch.second.output[1] / launch.grid.slices) {
     case 32: return LaunchTyped<T, kC0, 32>(launch);
     case 64: return LaunchTyped<T, kC0, 64>(launch);
   }
@@ -269,24 +290,37 @@ absl::StatusOr<int64_t> PointwisePairSharedLimit() {
   return limit;
 }
 
-absl::StatusOr<int> PointwisePairBlocks(const ConvLayerProblem& first,
-                                        const ConvLayerProblem& second) {
-  int device = 0, sms = 0, resident = 0;
+absl::StatusOr<std::vector<PointwisePairGrid>> PointwisePairGrids(
+    const ConvLayerProblem& first, const ConvLayerProblem& second) {
+  int device = 0, sms = 0;
   CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
   CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  const PointwisePairBuffers none;
-  RETURN_IF_ERROR(pair_kernel::Dispatch({first, second, none, 0, nullptr, &resident}));
-  if (resident == 0) {
-    return absl::ResourceExhaustedError("no block of the pair kernel fits on an SM");
-  }
   const Shape& x = first.input;
   const int64_t tiles = (x[0] * x[2] * x[3] + kPointwisePairTile - 1) / kPointwisePairTile;
-  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(tiles, int64_t{resident} * sms)));
+  const int64_t c2 = second.output[1];
+  std::vector<PointwisePairGrid> grids;
+  for (const int slices : {1, 2}) {
+    if (c2 % slices != 0 || !PointwiseKernelBuiltFor(c2 / slices)) break;
+    const PointwisePairBuffers none;
+    int resident = 0;
+    RETURN_IF_ERROR(
+        pair_kernel::Dispatch({first, second, none, {0, slices}, nullptr, &resident}));
+    const int64_t most = int64_t{resident} * sms;
+    if (slices == 1 && resident == 0) {
+      return absl::ResourceExhaustedError("no block of the pair kernel fits on an SM");
+    }
+    // Slices only where the tiles leave half the resident blocks idle.
+    if (slices > 1 && slices * tiles > most) break;
+    grids.push_back({static_cast<int>(slices * std::max<int64_t>(
+                                                   1, std::min<int64_t>(tiles, most / slices))),
+                     slices});
+  }
+  return grids;
 }
 
 absl::Status LaunchPointwisePair(const ConvLayerProblem& first, const ConvLayerProblem& second,
-                                 const PointwisePairBuffers& buffers, int blocks,
-                                 cudaStream_t stream) {
+                                 const PointwisePairBuffers& buffers,
+                                 const PointwisePairGrid& grid, cudaStream_t stream) {
   for (const void* pointer : {buffers.x, buffers.w0, buffers.w1,
                               static_cast<const void*>(buffers.y)}) {
     if (pointer == nullptr || reinterpret_cast<uintptr_t>(pointer) % 16 != 0) {
@@ -297,10 +331,14 @@ absl::Status LaunchPointwisePair(const ConvLayerProblem& first, const ConvLayerP
       (second.has_bias && buffers.bias1 == nullptr)) {
     return absl::InvalidArgumentError("a bias of the pair has no buffer");
   }
-  if (blocks <= 0) return absl::InvalidArgumentError("the pair launches no blocks");
+  if (grid.blocks <= 0 || grid.slices <= 0 || grid.blocks % grid.slices != 0 ||
+      second.output[1] % grid.slices != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("the pair cannot launch ", grid.blocks,
+                                                   " blocks in ", grid.slices, " slices"));
+  }
   const Shape& x = first.input;
   if (x[0] * x[2] * x[3] == 0) return absl::OkStatus();
-  return pair_kernel::Dispatch({first, second, buffers, blocks, stream, nullptr});
+  return pair_kernel::Dispatch({first, second, buffers, grid, stream, nullptr});
 }
 
 }  // namespace convserve

@@ -51,6 +51,7 @@
 #include "engine/cudnn/conv_layer_plan.h"
 #include "engine/cudnn/device_weights.h"
 #include "engine/cudnn/engine_selection.h"
+#include "engine/cudnn/pointwise_pair_kernel.h"
 #include "engine/runtime/cuda_graph_cache.h"
 #include "engine/runtime/engine_choice_store.h"
 #include "engine/runtime/engine_prober.h"
@@ -130,11 +131,12 @@ struct DevicePoolOptions {
 // The outcome of a pointwise pair's race on one GPU model
 // (DevicePoolOptions::fuse_pointwise_pairs).
 struct PointwisePairChoice {
-  // The kernel won: the pair runs as one launch of `blocks` blocks.
+  // The kernel won: the pair runs as one launch on `grid` (the fastest of
+  // PointwisePairGrids).
   bool fused = false;
-  int blocks = 0;
-  // Median time per run of the kernel and of the two layers' plans (0 when
-  // not raced: quarantined, or the race failed).
+  PointwisePairGrid grid;
+  // Median time per run of the kernel on `grid` and of the two layers'
+  // plans (0 when not raced: quarantined, or the race failed).
   float fused_ms = 0;
   float layers_ms = 0;
 };

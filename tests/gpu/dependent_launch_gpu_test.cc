@@ -179,7 +179,7 @@ class DependentLaunchTest : public CudnnDeviceTest {
   struct Ready {
     std::vector<ConvLayerProblem> problems;
     std::vector<std::optional<ConvLayerPlan>> plans;
-    std::vector<int> pair_blocks;
+    std::vector<PointwisePairGrid> pair_grids;  // at each pair's first layer
     std::unique_ptr<DeviceWeights> weights;
     DeviceBuffer x, buffers[2];
     size_t output_bytes = 0;
@@ -197,7 +197,7 @@ class DependentLaunchTest : public CudnnDeviceTest {
       const ConvLayerProblem& problem = ready->problems[i];
       largest = std::max<size_t>(largest, NumElements(problem.output) * DTypeSize(problem.dtype));
       ready->plans.emplace_back();
-      ready->pair_blocks.push_back(0);
+      ready->pair_grids.emplace_back();
       if (i > 0 && chain.pair_first[i - 1]) continue;
       ++ready->kernels;
       if (chain.pair_first[i]) {
@@ -205,8 +205,9 @@ class DependentLaunchTest : public CudnnDeviceTest {
         const std::string rejection =
             PointwisePairRejection(problem, ready->problems[i + 1], limit);
         if (!rejection.empty()) return absl::InternalError(rejection);
-        ASSIGN_OR_RETURN(ready->pair_blocks[i],
-                         PointwisePairBlocks(problem, ready->problems[i + 1]));
+        ASSIGN_OR_RETURN(const std::vector<PointwisePairGrid> grids,
+                         PointwisePairGrids(problem, ready->problems[i + 1]));
+        ready->pair_grids[i] = grids[(*rng)() % grids.size()];
         continue;
       }
       std::vector<EngineConfigId> configs;
@@ -246,7 +247,7 @@ class DependentLaunchTest : public CudnnDeviceTest {
         b.bias1 = ready.weights->bias(i + 1);
         b.y = y;
         RETURN_IF_ERROR(LaunchPointwisePair(ready.problems[i], ready.problems[i + 1], b,
-                                            ready.pair_blocks[i], stream_.get()));
+                                            ready.pair_grids[i], stream_.get()));
       } else {
         ConvLayerBuffers b;
         b.x = input;
