@@ -430,6 +430,48 @@ int CurrentDeviceAttribute(cudaDeviceAttr attribute, int fallback) {
   return value;
 }
 
+absl::StatusOr<int> PrepareKernel(const void* kernel, int threads, int bytes) {
+  struct Prepared {
+    int device;
+    const void* kernel;
+    int threads, bytes, blocks;
+  };
+  thread_local std::vector<Prepared> prepared;
+  int device = 0;
+  CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
+  bool allowed = false;
+  for (const Prepared& p : prepared) {
+    if (p.device != device || p.kernel != kernel) continue;
+    if (p.threads == threads && p.bytes == bytes) return p.blocks;
+    allowed = true;
+  }
+  if (!allowed) {
+    // All the shared memory a block may have, not `bytes`: the attribute
+    // belongs to the kernel, not to this launch, and another thread may be
+    // launching it with more at the same time.
+    cudaFuncAttributes attributes;
+    CUDA_RETURN_IF_ERROR(cudaFuncGetAttributes(&attributes, kernel));
+    const int most = CurrentDeviceAttribute(cudaDevAttrMaxSharedMemoryPerBlockOptin, 0) -
+                     static_cast<int>(attributes.sharedSizeBytes);
+    if (bytes > most) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "a block needs ", bytes, " bytes of shared memory; this GPU allows ", most));
+    }
+    CUDA_RETURN_IF_ERROR(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, most));
+  }
+  int blocks = 0;
+  CUDA_RETURN_IF_ERROR(
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, threads, bytes));
+  if (blocks < 1) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "a block of ", threads, " threads and ", bytes, " bytes of shared memory does not fit "
+        "on an SM of this GPU"));
+  }
+  prepared.push_back({device, kernel, threads, bytes, blocks});
+  return blocks;
+}
+
 DirectConvDims DirectConvDimsOf(const ConvLayerProblem& p) {
   DirectConvDims d;
   d.n = static_cast<int>(p.input[0]);

@@ -6,6 +6,7 @@
 #include <cuda_runtime_api.h>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "engine/conv_layer_problem.h"
 #include "engine/cudnn/conv_layer_plan.h"
 #include "engine/cudnn/engine_config_id.h"
@@ -26,6 +27,16 @@ DirectConvDims DirectConvDimsOf(const ConvLayerProblem& problem);
 // `attribute` of the current device, looked up once per thread, device and
 // attribute; `fallback` when the lookup fails.
 int CurrentDeviceAttribute(cudaDeviceAttr attribute, int fallback);
+
+// Before launching `kernel` with `threads` threads and `bytes` of dynamic
+// shared memory a block on the current device: opts the kernel into all
+// the shared memory a block may have there (once per thread, device and
+// kernel; never less, so launches from other threads with more stay
+// valid) and returns the blocks an SM holds at once (looked up once per
+// thread, device, kernel, threads and bytes: host calls a launch from the
+// host would otherwise pay each time). RESOURCE_EXHAUSTED when no block
+// fits.
+absl::StatusOr<int> PrepareKernel(const void* kernel, int threads, int bytes);
 
 // INVALID_ARGUMENT when a tensor of `buffers` is missing or not 16-byte
 // aligned (as every tensor is declared to cuDNN). The kernels use x, w

@@ -270,16 +270,9 @@ absl::Status Launch(const ConvLayerProblem& problem, const ConvLayerBuffers& b,
                     cudaStream_t stream) {
   const auto kernel = HaloGemm<T, kC, kRows, kKb>;
   constexpr int bytes = static_cast<int>(DirectHaloSharedBytes(kC, kRows, kKb));
-  // Over the default 48 KiB: opted into on every launch, as the GEMM does.
-  CUDA_RETURN_IF_ERROR(
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-  int per_sm = 0;
-  CUDA_RETURN_IF_ERROR(
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 32 * kRows, bytes));
-  if (per_sm < 1) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "the halo GEMM's ", bytes, " bytes of shared memory a block do not fit on an SM"));
-  }
+  // Over the default 48 KiB; opted into once per device and thread.
+  ASSIGN_OR_RETURN(const int per_sm,
+                   PrepareKernel(reinterpret_cast<const void*>(kernel), 32 * kRows, bytes));
   const DirectConvDims d = DirectConvDimsOf(problem);
   const int64_t groups = d.k / kKb;
   const int64_t tiles = static_cast<int64_t>(d.n) * ((d.p + kRows - 1) / kRows) *

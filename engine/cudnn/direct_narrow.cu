@@ -40,6 +40,7 @@
 #include "engine/cudnn/direct_conv_kernel.h"
 #include "engine/cudnn/fast_divisor.h"
 #include "engine/cudnn/tensor_core.cuh"
+#include "engine/status_macros.h"
 
 namespace convserve {
 namespace {
@@ -370,25 +371,12 @@ absl::Status Launch(const ConvLayerProblem& problem, const ConvLayerBuffers& b,
                                                      limit, " per block"));
   }
   const auto kernel = NarrowGemm<T, kWarps, kAligned, kActivation>;
-  // Over the default 48 KiB: opted into on every launch, as the GEMM does.
-  CUDA_RETURN_IF_ERROR(
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
   // A grid of the blocks that fit at once (by registers, shared memory and
   // threads), each taking a run of tiles, so each copies its weights once.
-  // Looked up once per thread, kernel, device and size.
-  struct Occupancy {
-    int device = -1, bytes = -1, blocks = 0;
-  };
-  thread_local Occupancy occupancy;
-  int device = 0;
-  CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
-  if (occupancy.device != device || occupancy.bytes != bytes) {
-    int blocks = 0;
-    CUDA_RETURN_IF_ERROR(
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kThreads, bytes));
-    occupancy = {device, bytes, std::max(1, blocks)};
-  }
-  const int resident = occupancy.blocks;
+  // The shared memory (over the default 48 KiB) is opted into, and the
+  // blocks an SM holds looked up, once per thread, kernel, device and size.
+  ASSIGN_OR_RETURN(const int resident,
+                   PrepareKernel(reinterpret_cast<const void*>(kernel), kThreads, bytes));
   const int sms = CurrentDeviceAttribute(cudaDevAttrMultiProcessorCount, 1);
   const int channel_tiles = (d.k + kChannels - 1) / kChannels;
   const int blocks = std::min(d.tiles, std::max(1, sms * resident / channel_tiles));

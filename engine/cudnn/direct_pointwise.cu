@@ -167,9 +167,9 @@ absl::Status Launch(const ConvLayerProblem& problem, const ConvLayerBuffers& b,
                     int64_t blocks_per_sm, int64_t channels, cudaStream_t stream) {
   const auto kernel = PointwiseGemm<T, kC0>;
   const int bytes = static_cast<int>(PointwiseSharedBytes(problem, channels));
-  // Over the default 48 KiB: opted into on every launch, as the GEMM does.
-  CUDA_RETURN_IF_ERROR(
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  // Over the default 48 KiB (PrepareKernel: by layer, so not per launch).
+  RETURN_IF_ERROR(
+      PrepareKernel(reinterpret_cast<const void*>(kernel), kThreads, bytes).status());
   const int64_t pixels = problem.input[0] * problem.input[2] * problem.input[3];
   const int64_t sms = CurrentDeviceAttribute(cudaDevAttrMultiProcessorCount, 1);
   const int64_t blocks =

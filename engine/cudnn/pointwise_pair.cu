@@ -40,6 +40,7 @@
 #include "engine/activation.h"
 #include "engine/cudnn/cudnn_status.h"
 #include "engine/cudnn/dependent_launch.h"
+#include "engine/cudnn/direct_conv_kernel.h"
 #include "engine/cudnn/device_dtype.cuh"
 #include "engine/cudnn/pointwise_pair.h"
 #include "engine/cudnn/pointwise_pair_convs.cuh"
@@ -233,11 +234,11 @@ absl::Status LaunchTyped(const PairLaunch& launch) {
   const auto kernel = PointwisePairKernel<T, kC0, kC2>;
   const int64_t shared_bytes =
       PointwisePairSharedBytes(launch.first, OutputSlice(launch.second, kC2));
-  CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(
-      kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared_bytes)));
+  // Over the default 48 KiB, by pair (PrepareKernel).
+  ASSIGN_OR_RETURN(const int resident, PrepareKernel(reinterpret_cast<const void*>(kernel),
+                                                     kThreads, static_cast<int>(shared_bytes)));
   if (launch.grid.blocks == 0) {
-    CUDA_RETURN_IF_ERROR(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-        launch.resident, kernel, kThreads, static_cast<size_t>(shared_bytes)));
+    *launch.resident = resident;
     return absl::OkStatus();
   }
   const PointwisePairBuffers& b = launch.buffers;
@@ -303,12 +304,13 @@ absl::StatusOr<std::vector<PointwisePairGrid>> PointwisePairGrids(
     if (c2 % slices != 0 || !PointwiseKernelBuiltFor(c2 / slices)) break;
     const PointwisePairBuffers none;
     int resident = 0;
-    RETURN_IF_ERROR(
-        pair_kernel::Dispatch({first, second, none, {0, slices}, nullptr, &resident}));
-    const int64_t most = int64_t{resident} * sms;
-    if (slices == 1 && resident == 0) {
-      return absl::ResourceExhaustedError("no block of the pair kernel fits on an SM");
+    const absl::Status fits =
+        pair_kernel::Dispatch({first, second, none, {0, slices}, nullptr, &resident});
+    if (!fits.ok()) {
+      if (slices == 1) return fits;
+      break;
     }
+    const int64_t most = int64_t{resident} * sms;
     // Slices only where the tiles leave half the resident blocks idle.
     if (slices > 1 && slices * tiles > most) break;
     grids.push_back({static_cast<int>(slices * std::max<int64_t>(
