@@ -98,12 +98,6 @@ int64_t GemmChunks(const ConvLayerProblem& problem) {
 
 }  // namespace
 
-int64_t DirectPointwiseBlocks(int64_t pixels, int64_t k, int64_t slice, int64_t max_blocks) {
-  const int64_t tiles = (pixels + kPointwisePairTile - 1) / kPointwisePairTile;
-  const int64_t slices = k / slice;
-  return slices * std::max<int64_t>(1, std::min(tiles, max_blocks / slices));
-}
-
 std::string DirectPointwiseRejection(const ConvLayerProblem& problem) {
   if (std::string why = PointwiseLayerRejection(problem, "the pointwise GEMM"); !why.empty()) {
     return why;
@@ -203,7 +197,7 @@ std::vector<std::pair<double, EngineConfigId>> PointwiseConfigs(const ConvLayerP
       if (slice < k) id.knobs.push_back({kDirectKnobTileChannels, slice});
       id.knobs.push_back({kDirectKnobBlocksPerSm, blocks_per_sm});
       const auto most = static_cast<int64_t>(blocks_per_sm * kBlocksGuess);
-      configs.emplace_back(static_cast<double>(DirectPointwiseBlocks(pixels, k, slice, most)),
+      configs.emplace_back(static_cast<double>(PointwiseTileBlocks(pixels, k / slice, most)),
                            std::move(id));
     }
   }

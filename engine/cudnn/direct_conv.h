@@ -151,12 +151,6 @@ DirectNarrowLayout DirectNarrowLayoutOf(const ConvLayerProblem& problem, int64_t
 // does (the implicit GEMM runs every such layer too).
 std::string DirectPointwiseRejection(const ConvLayerProblem& problem);
 
-// The blocks the pointwise GEMM launches on `pixels` pixels into `k`
-// output channels, `slice` of them a block, with at most `max_blocks`
-// (blocks an SM times SMs): a whole number of blocks per slice, each slice
-// a block per 128-pixel tile at most.
-int64_t DirectPointwiseBlocks(int64_t pixels, int64_t k, int64_t slice, int64_t max_blocks);
-
 // Why the halo GEMM (engine 4) does not run `problem`, or "" when it does
 // (the implicit GEMM runs every such layer too).
 std::string DirectHaloRejection(const ConvLayerProblem& problem);

@@ -167,13 +167,13 @@ absl::Status Launch(const ConvLayerProblem& problem, const ConvLayerBuffers& b,
                     int64_t blocks_per_sm, int64_t channels, cudaStream_t stream) {
   const auto kernel = PointwiseGemm<T, kC0>;
   const int bytes = static_cast<int>(PointwiseSharedBytes(problem, channels));
-  // Over the default 48 KiB (PrepareKernel: by layer, so not per launch).
+  // Over the default 48 KiB: opted into once (PrepareKernel).
   RETURN_IF_ERROR(
       PrepareKernel(reinterpret_cast<const void*>(kernel), kThreads, bytes).status());
   const int64_t pixels = problem.input[0] * problem.input[2] * problem.input[3];
   const int64_t sms = CurrentDeviceAttribute(cudaDevAttrMultiProcessorCount, 1);
   const int64_t blocks =
-      DirectPointwiseBlocks(pixels, problem.output[1], channels, blocks_per_sm * sms);
+      PointwiseTileBlocks(pixels, problem.output[1] / channels, blocks_per_sm * sms);
   CUDA_RETURN_IF_ERROR(LaunchDependent(
       kernel, dim3(static_cast<unsigned>(blocks)), dim3(kThreads), static_cast<size_t>(bytes),
       stream, static_cast<const T*>(b.x), static_cast<const T*>(b.w),

@@ -1,5 +1,7 @@
 #include "engine/cudnn/pointwise_pair.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 
 namespace convserve {
@@ -28,6 +30,11 @@ std::string PointwiseLayerRejection(const ConvLayerProblem& problem, const char*
   }
   if (problem.groups() != 1) return "a grouped convolution";
   return "";
+}
+
+int64_t PointwiseTileBlocks(int64_t pixels, int64_t slices, int64_t max_blocks) {
+  const int64_t tiles = (pixels + kPointwisePairTile - 1) / kPointwisePairTile;
+  return slices * std::max<int64_t>(1, std::min(tiles, max_blocks / slices));
 }
 
 int64_t PointwisePairSharedBytes(const ConvLayerProblem& first, const ConvLayerProblem& second) {

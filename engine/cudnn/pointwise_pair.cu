@@ -234,7 +234,7 @@ absl::Status LaunchTyped(const PairLaunch& launch) {
   const auto kernel = PointwisePairKernel<T, kC0, kC2>;
   const int64_t shared_bytes =
       PointwisePairSharedBytes(launch.first, OutputSlice(launch.second, kC2));
-  // Over the default 48 KiB, by pair (PrepareKernel).
+  // Over the default 48 KiB: opted into once (PrepareKernel).
   ASSIGN_OR_RETURN(const int resident, PrepareKernel(reinterpret_cast<const void*>(kernel),
                                                      kThreads, static_cast<int>(shared_bytes)));
   if (launch.grid.blocks == 0) {
@@ -297,7 +297,8 @@ absl::StatusOr<std::vector<PointwisePairGrid>> PointwisePairGrids(
   CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
   CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   const Shape& x = first.input;
-  const int64_t tiles = (x[0] * x[2] * x[3] + kPointwisePairTile - 1) / kPointwisePairTile;
+  const int64_t pixels = x[0] * x[2] * x[3];
+  const int64_t tiles = (pixels + kPointwisePairTile - 1) / kPointwisePairTile;
   const int64_t c2 = second.output[1];
   std::vector<PointwisePairGrid> grids;
   for (const int slices : {1, 2}) {
@@ -313,9 +314,7 @@ absl::StatusOr<std::vector<PointwisePairGrid>> PointwisePairGrids(
     const int64_t most = int64_t{resident} * sms;
     // Slices only where the tiles leave half the resident blocks idle.
     if (slices > 1 && slices * tiles > most) break;
-    grids.push_back({static_cast<int>(slices * std::max<int64_t>(
-                                                   1, std::min<int64_t>(tiles, most / slices))),
-                     slices});
+    grids.push_back({static_cast<int>(PointwiseTileBlocks(pixels, slices, most)), slices});
   }
   return grids;
 }

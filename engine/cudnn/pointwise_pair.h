@@ -45,6 +45,13 @@ bool PointwiseKernelBuiltFor(int64_t channels);
 // one (`kernel` names it in the message).
 std::string PointwiseLayerRejection(const ConvLayerProblem& problem, const char* kernel);
 
+// The blocks of a persistent launch over `pixels` pixels whose outputs are
+// split in `slices` slices, at most `max_blocks` (resident blocks an SM
+// times SMs): the same number for every slice, each a block per
+// kPointwisePairTile-pixel tile at most, one at least. The pair kernel's
+// grid and the pointwise GEMM's (engine 3: the pair's first conv alone).
+int64_t PointwiseTileBlocks(int64_t pixels, int64_t slices, int64_t max_blocks);
+
 // Shared memory one block needs: both weight matrices, two input tiles and
 // both biases (in float).
 int64_t PointwisePairSharedBytes(const ConvLayerProblem& first, const ConvLayerProblem& second);

@@ -51,9 +51,9 @@ absl::StatusOr<OracleReference> ComputeReference(const RandomGraphCase& graph_ca
 
 // Records `error` of graph `graph` in `report`'s largest errors.
 void RecordError(OracleReport* report, DType dtype, const std::string& graph, double error) {
-  double& max_error = report->max_error.try_emplace(dtype, 0.0).first->second;
-  if (error > max_error || !report->worst_graph.count(dtype)) {
-    max_error = std::max(max_error, error);
+  const auto [max_error, first] = report->max_error.try_emplace(dtype, error);
+  if (first || error > max_error->second) {
+    max_error->second = error;
     report->worst_graph[dtype] = graph;
   }
 }

@@ -8,6 +8,7 @@
 
 #include "engine/cudnn/direct_conv.h"
 #include "engine/cudnn/engine_selection.h"
+#include "engine/cudnn/pointwise_pair.h"
 #include "gtest/gtest.h"
 #include "tests/test_util/config_id.h"
 
@@ -77,11 +78,11 @@ TEST(DirectResidentWeightsTest, OneByOneLayersOnFewChannelsHaveThePointwiseGemm)
                                 "direct:e1:k2=32,k3=1", "direct:e3:k5=2", "direct:e3:k5=1",
                                 "direct:e1:k2=32,k3=2"}));
   // A whole number of blocks a slice, a tile each at most.
-  EXPECT_EQ(DirectPointwiseBlocks(3136, 256, 64, 264), 100);
-  EXPECT_EQ(DirectPointwiseBlocks(3136, 256, 256, 264), 25);
-  EXPECT_EQ(DirectPointwiseBlocks(100352, 256, 64, 264), 264);
-  EXPECT_EQ(DirectPointwiseBlocks(100352, 256, 128, 132), 132);
-  EXPECT_EQ(DirectPointwiseBlocks(100352, 512, 64, 4), 8);
+  EXPECT_EQ(PointwiseTileBlocks(3136, 256 / 64, 264), 100);
+  EXPECT_EQ(PointwiseTileBlocks(3136, 256 / 256, 264), 25);
+  EXPECT_EQ(PointwiseTileBlocks(100352, 256 / 64, 264), 264);
+  EXPECT_EQ(PointwiseTileBlocks(100352, 256 / 128, 132), 132);
+  EXPECT_EQ(PointwiseTileBlocks(100352, 512 / 64, 4), 8);
 
   // bfloat16, 32 input channels and up to 512 outputs too.
   p.dtype = DType::kBFloat16;
