@@ -413,17 +413,17 @@ template <typename T, int kTileChannels>
 absl::Status Launch(const ConvLayerProblem& problem, const ConvLayerBuffers& b, int splits,
                     cudaStream_t stream) {
   const GemmDims d = DimsOf(problem);
+  const auto kernel = ImplicitGemm<T, kTileChannels>;
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(static_cast<unsigned>((d.pixels + kTilePixels - 1) / kTilePixels),
                         static_cast<unsigned>((d.k + kTileChannels - 1) / kTileChannels),
                         static_cast<unsigned>(splits));
   config.blockDim = dim3(kThreads);
   config.dynamicSmemBytes = SharedBytes<T, kTileChannels>();
-  // Over the default 48 KiB: opted into on every launch (the size is the
-  // kernel's own constant, so no launch from another thread asks for less).
-  CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(ImplicitGemm<T, kTileChannels>,
-                                            cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                            static_cast<int>(config.dynamicSmemBytes)));
+  // Over the default 48 KiB: opted into once (PrepareKernel).
+  RETURN_IF_ERROR(PrepareKernel(reinterpret_cast<const void*>(kernel), kThreads,
+                                static_cast<int>(config.dynamicSmemBytes))
+                      .status());
   config.stream = stream;
   cudaLaunchAttribute attrs[2] = {};
   int count = 0;
@@ -436,8 +436,8 @@ absl::Status Launch(const ConvLayerProblem& problem, const ConvLayerBuffers& b, 
   }
   config.attrs = attrs;
   config.numAttrs = static_cast<unsigned>(AddDependentLaunchAttribute(attrs, count));
-  CUDA_RETURN_IF_ERROR(cudaLaunchKernelEx(&config, ImplicitGemm<T, kTileChannels>,
-                                          static_cast<const T*>(b.x), static_cast<const T*>(b.w),
+  CUDA_RETURN_IF_ERROR(cudaLaunchKernelEx(&config, kernel, static_cast<const T*>(b.x),
+                                          static_cast<const T*>(b.w),
                                           static_cast<const T*>(b.bias), static_cast<T*>(b.y), d,
                                           problem.activation));
   return absl::OkStatus();
