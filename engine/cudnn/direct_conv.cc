@@ -131,8 +131,9 @@ std::string DirectHaloRejection(const ConvLayerProblem& problem) {
     }
   }
   const int64_t c = problem.input[1], k = problem.output[1];
-  if (c != 32 && c != 64 && c != 128) {
-    return absl::StrCat("the halo GEMM is built for 32, 64 or 128 input channels (have ", c, ")");
+  if (c != 32 && c != 64 && c != 128 && c != 256) {
+    return absl::StrCat("the halo GEMM is built for 32, 64, 128 or 256 input channels (have ", c,
+                        ")");
   }
   if (k % 32 != 0) {
     return absl::StrCat("the halo GEMM needs output channels a multiple of 32 (have ", k, ")");
@@ -150,28 +151,32 @@ namespace {
 
 // The halo GEMM's configurations with the blocks each launches (all that
 // fit at once, one a tile at most; two an SM where the shared memory lets
-// them on an H100).
+// them on an H100), and where the blocks of one a tile leave SMs idle, the
+// same with the taps split across kDirectHaloSplit blocks.
 std::vector<std::pair<double, EngineConfigId>> HaloConfigs(const ConvLayerProblem& problem) {
   const int64_t k = problem.output[1];
   std::vector<std::pair<double, EngineConfigId>> configs;
-  for (int64_t rows : kTileRowChoices) {
-    const int64_t tiles = problem.output[0] * ((problem.output[2] + rows - 1) / rows) *
-                          ((problem.output[3] + kDirectHaloTileColumns - 1) /
-                           kDirectHaloTileColumns);
-    for (int64_t channels : kTileChannelChoices) {
-      if (k % channels != 0 ||
-          DirectHaloSharedBytes(problem, rows, channels) > kDirectMaxSharedBytes) {
-        continue;
+  for (int64_t split : {int64_t{1}, kDirectHaloSplit}) {
+    for (int64_t rows : kTileRowChoices) {
+      const int64_t tiles = problem.output[0] * ((problem.output[2] + rows - 1) / rows) *
+                            ((problem.output[3] + kDirectHaloTileColumns - 1) /
+                             kDirectHaloTileColumns);
+      for (int64_t channels : kTileChannelChoices) {
+        const int64_t bytes = DirectHaloSharedBytes(problem, rows, channels, split);
+        if (k % channels != 0 || bytes > kDirectMaxSharedBytes ||
+            (split > 1 && tiles * (k / channels) >= kBlocksGuess)) {
+          continue;
+        }
+        EngineConfigId id;
+        id.path = LayerPath::kDirect;
+        id.engine = kDirectHaloEngine;
+        id.knobs = {{kDirectKnobTileChannels, channels}, {kDirectKnobTileRows, rows}};
+        if (split > 1) id.knobs.push_back({kDirectKnobTapSplit, split});
+        const int64_t per_sm = std::min<int64_t>(2, kDirectSharedBytesPerSm / (bytes + 1024));
+        configs.emplace_back(static_cast<double>(std::min<int64_t>(
+                                 tiles * (k / channels) * split, per_sm * kBlocksGuess)),
+                             std::move(id));
       }
-      EngineConfigId id;
-      id.path = LayerPath::kDirect;
-      id.engine = kDirectHaloEngine;
-      id.knobs = {{kDirectKnobTileChannels, channels}, {kDirectKnobTileRows, rows}};
-      const int64_t per_sm = std::min<int64_t>(
-          2, kDirectSharedBytesPerSm / (DirectHaloSharedBytes(problem, rows, channels) + 1024));
-      configs.emplace_back(
-          static_cast<double>(std::min<int64_t>(tiles * (k / channels), per_sm * kBlocksGuess)),
-          std::move(id));
     }
   }
   return configs;

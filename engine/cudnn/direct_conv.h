@@ -51,17 +51,21 @@
 // the bandwidth floor (ResNet-50's 64->64 and 64->256 at batch 32).
 //
 // Engine 4, the halo GEMM, for 3x3 convs with stride and dilation 1 (any
-// padding) on 32, 64 or 128 channels (float16 or bfloat16, channels-last) into
-// K, a multiple of 32 (engine/cudnn/direct_halo.cu). Blocks keep the
-// weights of 32 or 64 output channels (knob 2) in shared memory and loop
-// over tiles of 4 or 8 output rows (knob 6) by kDirectHaloTileColumns
-// columns, copying the input a tile reads, with its 1-pixel halo, once:
-// its MMAs read each tap's A fragments from that copy, so the input is
-// read about 1.5 times instead of 9. For ResNet-50's 3x3 64 @ 56.
+// padding) on 32, 64, 128 or 256 channels (float16 or bfloat16,
+// channels-last) into K, a multiple of 32 (engine/cudnn/direct_halo.cu).
+// Blocks keep the weights of 32 or 64 output channels (knob 2) in shared
+// memory and loop over tiles of 4 or 8 output rows (knob 6) by
+// kDirectHaloTileColumns columns, copying the input a tile reads, with its
+// 1-pixel halo, once: its MMAs read each tap's A fragments from that copy,
+// so the input is read about 1.5 times instead of 9. For ResNet-50's 3x3
+// 64 @ 56. For layers of few tiles (batch 1) knob 7 splits the taps across
+// a cluster of 3 blocks, a kernel row each, which add their sums through
+// distributed shared memory: a third of the weights a block, so three
+// times the blocks; 256 channels only so.
 //
 // On the direct path an EngineConfigId names our engine and its knobs in our
 // own numbering ("direct:e0:k0=2,k1=16", "direct:e1:k2=64,k3=4",
-// "direct:e2:k4=128", "direct:e3:k5=2", "direct:e4:k2=64,k6=4"). This file
+// "direct:e2:k4=128", "direct:e3:k5=2", "direct:e4:k2=64,k6=4,k7=3"). This file
 // is the part that needs no GPU (which problems and configurations exist);
 // the kernels are in direct_conv_kernel.h.
 #ifndef CONVSERVE_ENGINE_CUDNN_DIRECT_CONV_H_
@@ -78,10 +82,11 @@
 namespace convserve {
 
 // The direct path's revision, in the plan store's policy key: raised with
-// each engine or configuration added (now 6: engines 0-4, and engine 3's
-// output-channel slices), so that engine choices stored by an older server,
-// which never raced the new ones, are searched again.
-inline constexpr int kDirectPathRevision = 6;
+// each engine or configuration added (now 7: engines 0-4, engine 3's
+// output-channel slices and engine 4's split taps), so that engine choices
+// stored by an older server, which never raced the new ones, are searched
+// again.
+inline constexpr int kDirectPathRevision = 7;
 inline constexpr int64_t kDirectDepthwiseEngine = 0;
 inline constexpr int64_t kDirectKnobColumns = 0;
 inline constexpr int64_t kDirectKnobVectorBytes = 1;
@@ -118,6 +123,11 @@ inline constexpr int64_t kDirectPointwiseMaxChannels = 512;
 inline constexpr int kDirectPointwiseComputeCapability = 80;
 inline constexpr int64_t kDirectHaloEngine = 4;
 inline constexpr int64_t kDirectKnobTileRows = 6;
+// Knob 7: the blocks of a thread-block cluster the halo GEMM splits a 3x3
+// window's taps across (3: one kernel row each), listed for layers of few
+// tiles; clusters need compute capability 9.0.
+inline constexpr int64_t kDirectKnobTapSplit = 7;
+inline constexpr int64_t kDirectHaloSplit = 3;
 // The halo GEMM's output columns a tile (one warp's 16 MMA rows) and the
 // compute capability it needs (mma.sync). On 128 channels its 64-channel
 // tile of 8 rows is over kDirectMaxSharedBytes.
@@ -155,18 +165,23 @@ std::string DirectPointwiseRejection(const ConvLayerProblem& problem);
 // (the implicit GEMM runs every such layer too).
 std::string DirectHaloRejection(const ConvLayerProblem& problem);
 // The shared memory a block of the halo GEMM takes on `c` input channels
-// (16-bit) with tiles of `rows` output rows by `channels` output channels:
-// the weights (9 taps of channels x c), two halos of rows + 2 by
-// kDirectHaloTileColumns + 2 pixels (rows of c + 8 elements), each warp's
-// 16 staged output rows (channels + 8 elements) and the bias in float.
-constexpr int64_t DirectHaloSharedBytes(int64_t c, int64_t rows, int64_t channels) {
-  const int64_t halo = (rows + 2) * (kDirectHaloTileColumns + 2) * (c + 8);
+// (16-bit) with tiles of `rows` output rows by `channels` output channels,
+// its taps split across `split` blocks (1, or 3: a kernel row each): the
+// weights (9 / split taps of channels x c), two halos of rows + 2 (rows,
+// split) by kDirectHaloTileColumns + 2 pixels (rows of c + 8 elements), each
+// warp's 16 staged output rows (channels + 8 elements), the bias in float
+// and, split, each thread's float sums (channels / 2).
+constexpr int64_t DirectHaloSharedBytes(int64_t c, int64_t rows, int64_t channels,
+                                        int64_t split = 1) {
+  const int64_t halo =
+      (split == 1 ? rows + 2 : rows) * (kDirectHaloTileColumns + 2) * (c + 8);
   const int64_t staged = rows * 16 * (channels + 8);
-  return (9 * channels * c + 2 * halo + staged) * 2 + channels * 4;
+  const int64_t sums = split == 1 ? 0 : rows * 32 * (channels / 2);
+  return (9 / split * channels * c + 2 * halo + staged) * 2 + (channels + sums) * 4;
 }
 inline int64_t DirectHaloSharedBytes(const ConvLayerProblem& problem, int64_t rows,
-                                     int64_t channels) {
-  return DirectHaloSharedBytes(problem.input[1], rows, channels);
+                                     int64_t channels, int64_t split = 1) {
+  return DirectHaloSharedBytes(problem.input[1], rows, channels, split);
 }
 
 // Whether the direct path has an engine for `problem`'s kind of layer at all

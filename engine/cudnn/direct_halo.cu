@@ -18,6 +18,16 @@
 // It is for ResNet-50's 3x3 64 @ 56, where at batch 1 the implicit GEMM
 // took 4.8 us (cuDNN 5.0-5.4) and at batch 32 cuDNN's kernel ran at 32% of
 // its floor (docs/cudnn.md, "3x3 tiles with a halo").
+//
+// Split taps (knob 7, sm_90): a layer of few tiles (batch 1) gives each of
+// a cluster's 3 blocks (grid z) one kernel row's 3 taps: it keeps their
+// weights only, a third, and copies the tile's input rows shifted by its
+// kernel row, no halo rows. Block 1 and 2 leave their float sums in shared
+// memory, block 0 adds them to its own (distributed shared memory, a fixed
+// order) and writes the tile. 256 channels are multiplied 128 at a time,
+// so that a tap's A fragments fit in registers; only split do their weights
+// fit in shared memory.
+#include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -40,7 +50,10 @@ namespace convserve {
 namespace pair_kernel {
 namespace {
 
+namespace cg = cooperative_groups;
+
 constexpr int kTaps = 3;  // R and S
+static_assert(kDirectHaloSplit == kTaps, "split taps: a kernel row a block");
 constexpr int kColumns = static_cast<int>(kDirectHaloTileColumns);
 constexpr int kHaloColumns = kColumns + kTaps - 1;
 
@@ -62,15 +75,17 @@ struct HaloTiles {
   }
 };
 
-// A thread's part of each tile's input copy (kRows + 2 rows of
+// A thread's part of each tile's input copy (kHaloRows rows of
 // kHaloColumns pixels, C channels each in rows of C + kPad elements, zeros
 // outside the image): the same channel vector of the same halo pixels
 // every tile, so their rows, columns and offsets in x are worked out once.
-template <typename T, int kC, int kRows>
+// kRows + 2 rows from the tile's first row less the padding, or with split
+// taps kRows from there plus the block's kernel row (`row_offset`).
+template <typename T, int kC, int kRows, int kHaloRows>
 struct HaloCopier {
   static constexpr int kVectors = kC / 8, kRow = kC + kPad;
   static constexpr int kStride = 32 * kRows / kVectors;  // pixels between a thread's passes
-  static constexpr int kPixels = (kRows + kTaps - 1) * kHaloColumns;
+  static constexpr int kPixels = kHaloRows * kHaloColumns;
   static constexpr int kPasses = (kPixels + kStride - 1) / kStride;
   int first;                                  // the first pixel
   int shared;                                 // its vector's element in a halo buffer
@@ -91,8 +106,9 @@ struct HaloCopier {
   }
 
   // cp.async of tile `t`'s input into `halo`.
-  __device__ void Copy(T* halo, const T* x, const DirectConvDims& d, const HaloTile& t) const {
-    const int top = t.row - d.pad_h, left = t.column - d.pad_w;
+  __device__ void Copy(T* halo, const T* x, const DirectConvDims& d, const HaloTile& t,
+                       int row_offset) const {
+    const int top = t.row - d.pad_h + row_offset, left = t.column - d.pad_w;
     const int64_t corner = ((static_cast<int64_t>(t.n) * d.h + top) * d.w + left) * kC;
 #pragma unroll
     for (int i = 0; i < kPasses; ++i) {
@@ -144,27 +160,68 @@ __device__ inline void TapMmas(const unsigned (&a)[kC / 16][4], const T* w, uint
   }
 }
 
-// kC: 32, 64 or 128 input channels; kRows: output rows a tile (one a warp);
-// kKb: the block's output channels (32 or 64), from blockIdx.y * kKb.
-// Shared memory as DirectHaloSharedBytes counts it: the weights (9 taps of
-// [kKb][kC], swizzled), two halo buffers, each warp's staged rows [16][kKb
-// + kPad] and the bias in float.
+// Split taps: block 0 of the cluster adds blocks 1 .. kSplit - 1's sums to
+// its own `acc` (each thread the same thread's, read in a fixed order from
+// their `sums`: kKb / 2 floats a thread, thread-minor). Two cluster
+// barriers: every block's sums stored before any is read, and all read
+// before any block overwrites them (the next tile) or leaves.
+template <int kKb, int kSplit>
+__device__ inline void AddClusterSums(float (&acc)[kKb / 8][4], float* sums, int thread) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  constexpr int kValues = kKb / 2;
+  const int threads = static_cast<int>(blockDim.x);
+  cg::cluster_group cluster = cg::this_cluster();
+  const unsigned rank = cluster.block_rank();
+  if (rank != 0) {
+#pragma unroll
+    for (int v = 0; v < kValues; ++v) sums[v * threads + thread] = acc[v / 4][v % 4];
+  }
+  cluster.sync();
+  if (rank == 0) {
+#pragma unroll 1
+    for (int other = 1; other < kSplit; ++other) {
+      const float* const theirs = cluster.map_shared_rank(sums, other);
+      float values[kValues];
+#pragma unroll
+      for (int v = 0; v < kValues; ++v) values[v] = theirs[v * threads + thread];
+#pragma unroll
+      for (int v = 0; v < kValues; ++v) acc[v / 4][v % 4] += values[v];
+    }
+  }
+  cluster.sync();
+#endif
+}
+
+// kC: 32, 64, 128 or 256 input channels; kRows: output rows a tile (one a
+// warp); kKb: the block's output channels (32 or 64), from blockIdx.y *
+// kKb; kSplit: 1, or 3 blocks of a cluster (grid z) taking a kernel row's
+// taps each. Shared memory as DirectHaloSharedBytes counts it: the weights
+// (9 / kSplit taps of [kKb][kC], swizzled), two halo buffers, each warp's
+// staged rows [16][kKb + kPad], the bias in float and, split, each
+// thread's sums.
 static_assert(kPad == 8, "DirectHaloSharedBytes pads rows by 8 elements");
-template <typename T, int kC, int kRows, int kKb>
+template <typename T, int kC, int kRows, int kKb, int kSplit>
 __global__ void __launch_bounds__(32 * kRows)
     HaloGemm(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ bias,
              Activation activation, T* __restrict__ y, DirectConvDims d, HaloTiles tiling) {
   AwaitPreviousKernel();
-  constexpr int kThreadCount = 32 * kRows, kRow = kC + kPad, kSteps = kC / 16;
-  constexpr int kHaloPixels = (kRows + kTaps - 1) * kHaloColumns, kStagedRow = kKb + kPad;
+  static_assert(kSplit == 1 || kSplit == kTaps, "whole kernel rows a block");
+  // A tap's fragments are loaded kLoadC channels at a time (kParts loads).
+  constexpr int kLoadC = kC < 128 ? kC : 128, kParts = kC / kLoadC, kSteps = kLoadC / 16;
+  constexpr int kBlockTaps = kTaps * kTaps / kSplit, kLoads = kBlockTaps * kParts;
+  constexpr int kHaloRows = kSplit == 1 ? kRows + kTaps - 1 : kRows;
+  constexpr int kThreadCount = 32 * kRows, kRow = kC + kPad;
+  constexpr int kHaloPixels = kHaloRows * kHaloColumns, kStagedRow = kKb + kPad;
   static_assert(kRows % 4 == 0, "whole warpgroups");
+  // The block's kernel row, split; its taps are kernel_row * 3 on.
+  const int kernel_row = kSplit == 1 ? 0 : static_cast<int>(blockIdx.z);
   const bool relu = activation.kind == ActivationKind::kRelu && activation.negative_slope == 0.f;
   const float clip = activation.has_upper_clip ? activation.upper_clip : INFINITY;
   // 1024: each tap's weights start on a 512-byte boundary (kKb * kC * 2
   // bytes a tap), where wgmma's swizzle repeats.
   extern __shared__ __align__(1024) unsigned char shared[];
   T* const shared_w = reinterpret_cast<T*>(shared);
-  T* const shared_x = shared_w + kTaps * kTaps * kKb * kC;
+  T* const shared_x = shared_w + kBlockTaps * kKb * kC;
   T* const staged_all = shared_x + 2 * kHaloPixels * kRow;
   float* const shared_bias = reinterpret_cast<float*>(staged_all + kRows * 16 * kStagedRow);
   const int thread = threadIdx.x, lane = thread & 31, warp = thread >> 5;
@@ -173,21 +230,21 @@ __global__ void __launch_bounds__(32 * kRows)
   // The block's weights: KRSC in global memory, so output channel k's tap
   // (r, s) is C contiguous elements at ((k * 3 + r) * 3 + s) * C.
   constexpr int kVectors = kC / 8;
-  for (int v = thread; v < kTaps * kTaps * kKb * kVectors; v += kThreadCount) {
+  for (int v = thread; v < kBlockTaps * kKb * kVectors; v += kThreadCount) {
     const int c = (v % kVectors) * 8, row = (v / kVectors) % kKb, tap = v / (kVectors * kKb);
     T* const tap_w = shared_w + tap * kKb * kC;
+    const int64_t first_tap = static_cast<int64_t>(first_channel + row) * kTaps * kTaps;
     CopyAsync16(tap_w + SwizzledWeight(kKb, row, c),
-                w + ((static_cast<int64_t>(first_channel) + row) * kTaps * kTaps + tap) * kC + c,
-                true);
+                w + (first_tap + kernel_row * kTaps + tap) * kC + c, true);
   }
   for (int i = thread; i < kKb; i += kThreadCount) {
     shared_bias[i] = bias != nullptr ? ToFloat(bias[first_channel + i]) : 0.f;
   }
   const int tiles = d.n * tiling.down.divisor * tiling.across.divisor;
-  const HaloCopier<T, kC, kRows> copier(d, thread);
+  const HaloCopier<T, kC, kRows, kHaloRows> copier(d, thread);
   int tile = blockIdx.x;
   HaloTile here = tiling.At(tile);
-  if (tile < tiles) copier.Copy(shared_x, x, d, here);
+  if (tile < tiles) copier.Copy(shared_x, x, d, here, kernel_row);
   AwaitFirstCopies();
   // The weights' descriptor; a tap's are kKb * kC * 2 bytes on.
   const uint64_t w_descriptor = kWarpgroupPair ? WgmmaDescriptor64B(shared_w) : 0;
@@ -199,31 +256,40 @@ __global__ void __launch_bounds__(32 * kRows)
   for (int buffer = 0; tile < tiles; tile += gridDim.x, buffer ^= 1) {
     const HaloTile next = tiling.At(tile + gridDim.x);
     if (tile + static_cast<int>(gridDim.x) < tiles) {
-      copier.Copy(shared_x + (buffer ^ 1) * kHaloPixels * kRow, x, d, next);
+      copier.Copy(shared_x + (buffer ^ 1) * kHaloPixels * kRow, x, d, next, kernel_row);
     }
     CopyAsyncCommit();
-    // The warp's output row of the tile reads halo rows warp .. warp + 2;
-    // lane a_row's pixel at tap (r, s) is halo pixel (warp + r, a_row + s).
+    // The warp's output row of the tile reads halo rows warp .. warp + 2
+    // (split: row warp, the block's kernel row already in the copy); lane
+    // a_row's pixel at tap (r, s) is halo pixel (warp + r, a_row + s).
     const T* const halo = shared_x + buffer * kHaloPixels * kRow +
                           (warp * kHaloColumns + a_row) * kRow + a_column;
-    const auto load = [&](int tap, unsigned(&a)[kSteps][4]) {
-      const T* const pixel = halo + ((tap / kTaps) * kHaloColumns + tap % kTaps) * kRow;
+    // Load i: tap i / kParts, its channels from kLoadC * (i % kParts); its
+    // weights' first element (slices of 32 channels by kKb rows) and
+    // descriptor (16-byte units).
+    const auto load = [&](int i, unsigned(&a)[kSteps][4]) {
+      const int tap = i / kParts;
+      const T* const pixel = halo + ((tap / kTaps) * kHaloColumns + tap % kTaps) * kRow +
+                             (i % kParts) * kLoadC;
 #pragma unroll
       for (int s = 0; s < kSteps; ++s) LdMatrixX4(a[s], pixel + s * 16);
+    };
+    const auto weights_of = [](int i) {
+      return (i / kParts) * kKb * kC + (i % kParts) * kLoadC * kKb;
     };
     float acc[kKb / 8][4];
     unsigned a[2][kSteps][4];
     if constexpr (kWarpgroupPair) {
-      // Tap i's fragments are loaded while tap i - 1's batch runs; a
+      // Load i's fragments are loaded while load i - 1's batch runs; a
       // fragment set is reloaded only after the batch that read it is done.
       load(0, a[0]);
 #pragma unroll
-      for (int tap = 0; tap < kTaps * kTaps; ++tap) {
-        TapMmas<T, kC, kKb>(a[tap & 1], shared_w + tap * kKb * kC,
-                            w_descriptor + tap * kKb * kC / 8, tap == 0, b_row, b_column, acc);
-        if (tap + 1 < kTaps * kTaps) {
-          if (tap > 0) WgmmaWait<1>(acc);
-          load(tap + 1, a[(tap + 1) & 1]);
+      for (int i = 0; i < kLoads; ++i) {
+        TapMmas<T, kLoadC, kKb>(a[i & 1], shared_w + weights_of(i),
+                                w_descriptor + weights_of(i) / 8, i == 0, b_row, b_column, acc);
+        if (i + 1 < kLoads) {
+          if (i > 0) WgmmaWait<1>(acc);
+          load(i + 1, a[(i + 1) & 1]);
         }
       }
       WgmmaWait<0>(acc);
@@ -234,14 +300,20 @@ __global__ void __launch_bounds__(32 * kRows)
         for (int e = 0; e < 4; ++e) acc[f][e] = 0.f;
       }
 #pragma unroll 1
-      for (int tap = 0; tap < kTaps * kTaps; ++tap) {
-        load(tap, a[0]);
-        TapMmas<T, kC, kKb>(a[0], shared_w + tap * kKb * kC, 0, false, b_row, b_column, acc);
+      for (int i = 0; i < kLoads; ++i) {
+        load(i, a[0]);
+        TapMmas<T, kLoadC, kKb>(a[0], shared_w + weights_of(i), 0, false, b_row, b_column, acc);
       }
     }
+    if constexpr (kSplit > 1) AddClusterSums<kKb, kSplit>(acc, shared_bias + kKb, thread);
 
     const HaloTile out = here;
     here = next;
+    if (kSplit > 1 && kernel_row != 0) {  // block 0 of the cluster writes the tile
+      CopyAsyncWait<0>();
+      __syncthreads();
+      continue;
+    }
     const int row = out.row + warp;
     const int64_t valid = row < d.p ? min(kColumns, d.q - out.column) : 0;
     T* const y_row =
@@ -265,11 +337,11 @@ __global__ void __launch_bounds__(32 * kRows)
   }
 }
 
-template <typename T, int kC, int kRows, int kKb>
+template <typename T, int kC, int kRows, int kKb, int kSplit>
 absl::Status Launch(const ConvLayerProblem& problem, const ConvLayerBuffers& b,
                     cudaStream_t stream) {
-  const auto kernel = HaloGemm<T, kC, kRows, kKb>;
-  constexpr int bytes = static_cast<int>(DirectHaloSharedBytes(kC, kRows, kKb));
+  const auto kernel = HaloGemm<T, kC, kRows, kKb, kSplit>;
+  constexpr int bytes = static_cast<int>(DirectHaloSharedBytes(kC, kRows, kKb, kSplit));
   // Over the default 48 KiB; opted into once per device and thread.
   ASSIGN_OR_RETURN(const int per_sm,
                    PrepareKernel(reinterpret_cast<const void*>(kernel), 32 * kRows, bytes));
@@ -279,14 +351,28 @@ absl::Status Launch(const ConvLayerProblem& problem, const ConvLayerBuffers& b,
                         ((d.q + kColumns - 1) / kColumns);
   const int64_t sms = CurrentDeviceAttribute(cudaDevAttrMultiProcessorCount, 1);
   // Persistent: as many blocks as fit at once, each output channel group
-  // its share of them, one tile a block at least.
-  const int64_t blocks =
-      std::max<int64_t>(1, std::min(tiles, (per_sm * sms + groups - 1) / groups));
-  CUDA_RETURN_IF_ERROR(LaunchDependent(
-      kernel, dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(groups)),
-      dim3(32 * kRows), static_cast<size_t>(bytes), stream, static_cast<const T*>(b.x),
-      static_cast<const T*>(b.w), static_cast<const T*>(b.bias), problem.activation,
-      static_cast<T*>(b.y), d,
+  // (and kernel row, split) its share of them, one tile a block at least.
+  const int64_t blocks = std::max<int64_t>(
+      1, std::min(tiles, (per_sm * sms + groups * kSplit - 1) / (groups * kSplit)));
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(groups), kSplit);
+  config.blockDim = dim3(32 * kRows);
+  config.dynamicSmemBytes = bytes;
+  config.stream = stream;
+  cudaLaunchAttribute attrs[2] = {};
+  int count = 0;
+  if (kSplit > 1) {
+    attrs[count].id = cudaLaunchAttributeClusterDimension;
+    attrs[count].val.clusterDim.x = 1;
+    attrs[count].val.clusterDim.y = 1;
+    attrs[count].val.clusterDim.z = kSplit;
+    ++count;
+  }
+  config.attrs = attrs;
+  config.numAttrs = static_cast<unsigned>(AddDependentLaunchAttribute(attrs, count));
+  CUDA_RETURN_IF_ERROR(cudaLaunchKernelEx(
+      &config, kernel, static_cast<const T*>(b.x), static_cast<const T*>(b.w),
+      static_cast<const T*>(b.bias), problem.activation, static_cast<T*>(b.y), d,
       pair_kernel::HaloTiles{FastDivisor::Of((d.q + kColumns - 1) / kColumns),
                              FastDivisor::Of((d.p + kRows - 1) / kRows), kRows}));
   return absl::OkStatus();
@@ -294,38 +380,48 @@ absl::Status Launch(const ConvLayerProblem& problem, const ConvLayerBuffers& b,
 
 // Launch, for the tiles whose shared memory a block may have (no kernel is
 // built for the others, which DirectConvConfigs never lists).
-template <typename T, int kC, int kRows, int kKb>
+template <typename T, int kC, int kRows, int kKb, int kSplit>
 absl::Status LaunchIfItFits(const ConvLayerProblem& problem, const ConvLayerBuffers& b,
                             cudaStream_t stream) {
-  if constexpr (DirectHaloSharedBytes(kC, kRows, kKb) <= kDirectMaxSharedBytes) {
-    return Launch<T, kC, kRows, kKb>(problem, b, stream);
+  if constexpr (DirectHaloSharedBytes(kC, kRows, kKb, kSplit) <= kDirectMaxSharedBytes) {
+    return Launch<T, kC, kRows, kKb, kSplit>(problem, b, stream);
   } else {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the halo GEMM's tile of ", kRows, " rows by ", kKb, " channels on ", kC,
-        " input channels needs more shared memory than a block may have"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("the halo GEMM's tile of ", kRows, " rows by ", kKb, " channels on ", kC,
+                     " input channels, taps split ", kSplit,
+                     " ways, needs more shared memory than a block may have"));
   }
 }
 
-template <typename T, int kC>
+template <typename T, int kC, int kSplit>
 absl::Status DispatchTile(const ConvLayerProblem& problem, const ConvLayerBuffers& b,
                           int64_t rows, int64_t channels, cudaStream_t stream) {
-  if (rows == 4 && channels == 32) return LaunchIfItFits<T, kC, 4, 32>(problem, b, stream);
-  if (rows == 4 && channels == 64) return LaunchIfItFits<T, kC, 4, 64>(problem, b, stream);
-  if (rows == 8 && channels == 32) return LaunchIfItFits<T, kC, 8, 32>(problem, b, stream);
-  if (rows == 8 && channels == 64) return LaunchIfItFits<T, kC, 8, 64>(problem, b, stream);
+  if (rows == 4 && channels == 32) return LaunchIfItFits<T, kC, 4, 32, kSplit>(problem, b, stream);
+  if (rows == 4 && channels == 64) return LaunchIfItFits<T, kC, 4, 64, kSplit>(problem, b, stream);
+  if (rows == 8 && channels == 32) return LaunchIfItFits<T, kC, 8, 32, kSplit>(problem, b, stream);
+  if (rows == 8 && channels == 64) return LaunchIfItFits<T, kC, 8, 64, kSplit>(problem, b, stream);
   return absl::InvalidArgumentError(
       absl::StrCat("the halo GEMM has no tile of ", rows, " rows by ", channels, " channels"));
 }
 
-template <typename T>
+template <typename T, int kSplit>
 absl::Status DispatchChannels(const ConvLayerProblem& problem, const ConvLayerBuffers& b,
                               int64_t rows, int64_t channels, cudaStream_t stream) {
   switch (problem.input[1]) {
-    case 32: return DispatchTile<T, 32>(problem, b, rows, channels, stream);
-    case 64: return DispatchTile<T, 64>(problem, b, rows, channels, stream);
-    case 128: return DispatchTile<T, 128>(problem, b, rows, channels, stream);
+    case 32: return DispatchTile<T, 32, kSplit>(problem, b, rows, channels, stream);
+    case 64: return DispatchTile<T, 64, kSplit>(problem, b, rows, channels, stream);
+    case 128: return DispatchTile<T, 128, kSplit>(problem, b, rows, channels, stream);
+    case 256: return DispatchTile<T, 256, kSplit>(problem, b, rows, channels, stream);
   }
-  return absl::InvalidArgumentError("the halo GEMM is built for 32, 64 or 128 input channels");
+  return absl::InvalidArgumentError(
+      "the halo GEMM is built for 32, 64, 128 or 256 input channels");
+}
+
+template <typename T>
+absl::Status DispatchSplit(const ConvLayerProblem& problem, const ConvLayerBuffers& b,
+                           int64_t rows, int64_t channels, int64_t split, cudaStream_t stream) {
+  if (split == 1) return DispatchChannels<T, 1>(problem, b, rows, channels, stream);
+  return DispatchChannels<T, kTaps>(problem, b, rows, channels, stream);
 }
 
 }  // namespace
@@ -345,17 +441,28 @@ absl::Status LaunchDirectHalo(const ConvLayerProblem& problem, const EngineConfi
   }
   const int64_t rows = DirectKnob(id, kDirectKnobTileRows);
   const int64_t channels = DirectKnob(id, kDirectKnobTileChannels);
+  const int64_t split = std::max<int64_t>(1, DirectKnob(id, kDirectKnobTapSplit));
   if (channels <= 0 || problem.output[1] % channels != 0) {
     return absl::InvalidArgumentError(
         absl::StrCat(id.ToString(), " does not divide the layer's ", problem.output[1],
                      " output channels"));
   }
+  if (split != 1 && split != kDirectHaloSplit) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(id.ToString(), ": the halo GEMM splits taps ", kDirectHaloSplit,
+                     " ways or not at all"));
+  }
+  if (split > 1 && CurrentDeviceAttribute(cudaDevAttrComputeCapabilityMajor, 0) * 10 <
+                       kDirectGemmComputeCapability) {
+    return absl::FailedPreconditionError(
+        "the direct halo GEMM's split taps need thread-block clusters (compute capability 9.0)");
+  }
   switch (problem.dtype) {
     case DType::kFloat16:
-      return pair_kernel::DispatchChannels<__half>(problem, buffers, rows, channels, stream);
+      return pair_kernel::DispatchSplit<__half>(problem, buffers, rows, channels, split, stream);
     case DType::kBFloat16:
-      return pair_kernel::DispatchChannels<__nv_bfloat16>(problem, buffers, rows, channels,
-                                                          stream);
+      return pair_kernel::DispatchSplit<__nv_bfloat16>(problem, buffers, rows, channels, split,
+                                                       stream);
     case DType::kFloat32:
       break;
   }

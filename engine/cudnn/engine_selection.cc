@@ -55,6 +55,14 @@ std::string ConfigRejection(const EngineSelection& selection, const CudnnTarget&
                           target.compute_capability / 10, ".", target.compute_capability % 10,
                           ")");
     }
+    if (id.engine == kDirectHaloEngine && DirectKnob(id, kDirectKnobTapSplit) > 1 &&
+        target.compute_capability > 0 &&
+        target.compute_capability < kDirectGemmComputeCapability) {
+      return absl::StrCat("the halo GEMM's split taps need thread-block clusters (compute "
+                          "capability 9.0; this GPU has ",
+                          target.compute_capability / 10, ".", target.compute_capability % 10,
+                          ")");
+    }
     if (needs->tf32 && problem.dtype == DType::kFloat32 && selection.strict_float32) {
       return absl::StrCat(needs->name, " multiplies float32 in TF32 (--strict_float32)");
     }

@@ -1,14 +1,17 @@
 // The direct path's halo GEMM (engine 4 of engine/cudnn/direct_conv.h)
 // against the float64 reference, layer by layer:
-// - seeded random 3x3 layers it runs: float16 and bfloat16 NHWC, 32, 64 or
-//   128 input channels, 32-256 outputs (multiples of 32), batch 1-3 at odd
-//   sizes 1-37 (rarely a whole number of 4- or 8-row by 16-column tiles),
-//   padding 0-2 on each side drawn apart (so asymmetric too, and rows of
-//   padding alone), and a quarter of them batch 4-8 at 40-56 so that every
-//   block loops over several tiles; every activation, with and without bias;
-// - ResNet-50's 3x3 64 @ 56 and 128 @ 28 at batch 1 and 2, both dtypes;
+// - seeded random 3x3 layers it runs: float16 and bfloat16 NHWC, 32, 64,
+//   128 or 256 input channels, 32-256 outputs (multiples of 32), batch 1-3
+//   at odd sizes 1-37 (rarely a whole number of 4- or 8-row by 16-column
+//   tiles), padding 0-2 on each side drawn apart (so asymmetric too, and
+//   rows of padding alone), and a quarter of them (not on 256 channels)
+//   batch 4-8 at 40-56 so that every block loops over several tiles; every
+//   activation, with and without bias;
+// - ResNet-50's 3x3 64 @ 56, 128 @ 28 and 256 @ 14 at batch 1 and 2, both
+//   dtypes;
 // each under every configuration (4 or 8 rows a tile, 32 or 64 output
-// channels a block, as fit in shared memory), into an output filled with
+// channels a block, the taps split across 3 blocks where the tiles are
+// few, as fit in shared memory), into an output filled with
 // NaN and followed by guard bytes: every element must be written, none
 // past the end.
 // Then the engine search: autotune races it with the implicit GEMM and
@@ -37,13 +40,14 @@ LayerCase DrawCase(std::mt19937_64* rng) {
   LayerCase c;
   c.dtype = DrawInRange(rng, 0, 1) == 0 ? DType::kFloat16 : DType::kBFloat16;
   c.channels_last = true;
-  c.channels = 32 << DrawInRange(rng, 0, 2);
+  c.channels = 32 << DrawInRange(rng, 0, 3);
   c.kernel_h = c.kernel_w = 3;
   c.pad_top = DrawInRange(rng, 0, 2);
   c.pad_bottom = DrawInRange(rng, 0, 2);
   c.pad_left = DrawInRange(rng, 0, 2);
   c.pad_right = DrawInRange(rng, 0, 2);
-  if (DrawInRange(rng, 0, 3) == 0) {
+  // (256 channels run split only, on layers of few tiles.)
+  if (DrawInRange(rng, 0, 3) == 0 && c.channels < 256) {
     // Over 264 tiles (two blocks on each of 132 SMs) at 4 rows; few
     // outputs, so the float64 reference stays quick.
     c.batch = DrawInRange(rng, 4, 8);
@@ -62,17 +66,20 @@ LayerCase DrawCase(std::mt19937_64* rng) {
   return c;
 }
 
-// ResNet-50's 3x3 64 @ 56 and 128 @ 28 (padding 1), with bias and ReLU.
+// ResNet-50's 3x3 64 @ 56, 128 @ 28 and 256 @ 14 (padding 1), with bias
+// and ReLU.
 std::vector<LayerCase> ResNetCases(int64_t batch, DType dtype) {
   std::vector<LayerCase> cases;
-  for (int64_t channels : {64, 128}) {
+  for (int64_t channels : {64, 128, 256}) {
     LayerCase c;
-    c.name = channels == 64 ? "resnet50_56_3x3_64_64" : "resnet50_28_3x3_128_128";
+    c.name = channels == 64    ? "resnet50_56_3x3_64_64"
+             : channels == 128 ? "resnet50_28_3x3_128_128"
+                               : "resnet50_14_3x3_256_256";
     c.dtype = dtype;
     c.channels_last = true;
     c.batch = batch;
     c.channels = c.out_channels = channels;
-    c.height = c.width = channels == 64 ? 56 : 28;
+    c.height = c.width = 56 * 64 / channels;
     c.kernel_h = c.kernel_w = 3;
     c.pad_top = c.pad_bottom = c.pad_left = c.pad_right = 1;
     c.activation.kind = ActivationKind::kRelu;
@@ -83,12 +90,33 @@ std::vector<LayerCase> ResNetCases(int64_t batch, DType dtype) {
 
 class DirectHaloTest : public CudnnDeviceTest {
  protected:
-  // Runs every halo configuration of `c` (on 128 channels the 8-row tile
-  // of 64 output channels is over a block's shared memory) and checks each
-  // output; returns the largest relative L2 error.
+  // Runs every halo configuration of `c` and checks each output; returns
+  // the largest relative L2 error.
   double CheckCase(const LayerCase& c, std::mt19937_64* rng) {
-    const size_t tiles = c.out_channels % 64 != 0 ? 2 : c.channels == 128 ? 3 : 4;
-    return RunEngineConfigs(c, rng, kDirectHaloEngine, tiles);
+    return RunEngineConfigs(c, rng, kDirectHaloEngine, ConfigCount(c));
+  }
+
+  // The configurations `c` should have: 4 or 8 rows by 32 or 64 output
+  // channels (those dividing K) where they fit in a block's shared memory
+  // (on 128 channels the 8-row tile of 64 does not; on 256 none does
+  // unsplit), and the same split across 3 blocks where a block a tile
+  // leaves SMs idle (under 132 blocks).
+  static size_t ConfigCount(const LayerCase& c) {
+    const int64_t p = c.height + c.pad_top + c.pad_bottom - 2;
+    const int64_t q = c.width + c.pad_left + c.pad_right - 2;
+    size_t count = 0;
+    for (int64_t split : {1, 3}) {
+      for (int64_t rows : {4, 8}) {
+        const int64_t tiles = c.batch * ((p + rows - 1) / rows) * ((q + 15) / 16);
+        for (int64_t channels : {32, 64}) {
+          count += c.out_channels % channels == 0 &&
+                   DirectHaloSharedBytes(c.channels, rows, channels, split) <=
+                       kDirectMaxSharedBytes &&
+                   (split == 1 || tiles * (c.out_channels / channels) < 132);
+        }
+      }
+    }
+    return count;
   }
 };
 
@@ -106,9 +134,14 @@ TEST_F(DirectHaloTest, ResNetLayersMatchTheReference) {
 
 // Autotune races every configuration with the implicit GEMM's and cuDNN's
 // candidates (each direct one through the prober's guarded-buffer checks).
+// 256 @ 14 has halo configurations at batch 1 only (split), so its race
+// at batch 32 has none to expect.
 TEST_F(DirectHaloTest, AutotuneRacesTheHaloGemm) {
-  RaceResNetCases(ResNetCases(1, DType::kFloat16), {kDirectGemmEngine, kDirectHaloEngine},
-                  {"direct:e4:"});
+  std::vector<LayerCase> cases = ResNetCases(1, DType::kFloat16);
+  const LayerCase wide = cases.back();
+  cases.pop_back();
+  RaceResNetCases(cases, {kDirectGemmEngine, kDirectHaloEngine}, {"direct:e4:"});
+  RaceResNetCases({wide}, {kDirectGemmEngine, kDirectHaloEngine}, {});
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 // their weights in shared memory have (direct_conv.h): the pointwise GEMM
 // (engine 3, 1x1 layers) and the halo GEMM (engine 4, 3x3 layers), what
 // each refuses, and what GPU they need. No GPU needed.
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -144,15 +145,29 @@ TEST(DirectResidentWeightsTest, ThreeByThreeLayersOnFewChannelsHaveTheHaloGemm) 
   EXPECT_EQ(DirectHaloRejection(p), "");
   // Batch 1: 14 x 4 tiles of 4 rows by 16 columns, 7 x 4 of 8 rows; 64
   // channels a block, or 2 x 32. The halo GEMM's 112 blocks (4 rows, 32
-  // channels) come nearest 132, then the implicit GEMM's 98 (49 tiles of
-  // 64 channels, each split in 2).
+  // channels) come nearest 132, then its 168 with the taps split across 3
+  // blocks (56 tiles of 64 channels; 28 tiles of 8 rows, 2 x 32), then the
+  // implicit GEMM's 98 (49 tiles of 64 channels, each split in 2).
   const std::vector<std::string> names = DirectConfigNames(p);
   ASSERT_GE(names.size(), 4u);
   EXPECT_EQ(names[0], "direct:e4:k2=32,k6=4");
-  EXPECT_EQ(names[1], "direct:e1:k2=64,k3=2");
-  int halo = 0;
-  for (const std::string& name : names) halo += name.rfind("direct:e4:", 0) == 0;
-  EXPECT_EQ(halo, 4);
+  EXPECT_EQ(names[1], "direct:e4:k2=64,k6=4,k7=3");
+  EXPECT_EQ(names[2], "direct:e4:k2=32,k6=8,k7=3");
+  EXPECT_EQ(names[3], "direct:e1:k2=64,k3=2");
+  const auto count = [](const std::vector<std::string>& names, const char* prefix) {
+    int n = 0;
+    for (const std::string& name : names) n += name.rfind(prefix, 0) == 0;
+    return n;
+  };
+  EXPECT_EQ(count(names, "direct:e4:"), 8);
+  EXPECT_EQ(count(names, "direct:e4:k2=32,k6=4,k7=3"), 1);
+  // Split: a kernel row's 3 taps of weights, halos of 4 rows (no halo
+  // rows), and each of the 128 threads' 32 float sums besides the bias.
+  EXPECT_EQ(DirectHaloSharedBytes(p, 4, 64, 3),
+            (3 * 64 * 64 + 2 * 4 * 18 * 72 + 4 * 16 * 72) * 2 + (64 + 128 * 32) * 4);
+  // At batch 32 (1,792 tiles) the blocks fill the GPU unsplit.
+  EXPECT_EQ(count(DirectConfigNames(ThreeByThree(32)), "direct:e4:"), 4);
+  EXPECT_EQ(count(DirectConfigNames(ThreeByThree(32)), "direct:e4:k2=32,k6=4,k7="), 0);
   // The shared memory of a block: 9 taps of 64 x 64 weights, two halos of
   // 6 x 18 pixels (rows of 72 elements), 4 warps' 16 staged rows of 72,
   // and 64 float biases: two blocks fit an H100's SM.
@@ -182,6 +197,23 @@ TEST(DirectResidentWeightsTest, ThreeByThreeLayersOnFewChannelsHaveTheHaloGemm) 
        {"direct:e4:k2=64,k6=4", "direct:e4:k2=32,k6=4", "direct:e4:k2=32,k6=8"}) {
     EXPECT_EQ(DirectConfigRejection(p, ConfigId(name)), "") << name;
   }
+  EXPECT_NE(DirectConfigRejection(p, ConfigId("direct:e4:k2=32,k6=4,k7=2")), "");
+  // 256 channels (ResNet-50's 3x3 256 @ 14 at batch 1: 4 tiles of 4 rows,
+  // 2 of 8): only the split tiles fit, 3 of the 4 (8 rows of 64 output
+  // channels do not), and only for layers of few tiles.
+  ConvLayerProblem wide = Layer({1, 256, 14, 14}, {256, 256, 3, 3});
+  EXPECT_EQ(DirectHaloRejection(wide), "");
+  EXPECT_GT(DirectHaloSharedBytes(wide, 4, 32), kDirectMaxSharedBytes);
+  EXPECT_GT(DirectHaloSharedBytes(wide, 8, 64, 3), kDirectMaxSharedBytes);
+  std::vector<std::string> wide_names = DirectConfigNames(wide);
+  wide_names.erase(std::remove_if(wide_names.begin(), wide_names.end(),
+                                  [](const std::string& n) { return n.rfind("direct:e4:", 0); }),
+                   wide_names.end());
+  EXPECT_EQ(wide_names,
+            (std::vector<std::string>{"direct:e4:k2=32,k6=4,k7=3", "direct:e4:k2=64,k6=4,k7=3",
+                                      "direct:e4:k2=32,k6=8,k7=3"}));
+  wide.input[0] = wide.output[0] = 32;
+  EXPECT_EQ(count(DirectConfigNames(wide), "direct:e4:"), 0);
 
   // What it refuses (the implicit GEMM still runs each).
   const auto rejection = [](ConvLayerProblem q) {
@@ -196,7 +228,8 @@ TEST(DirectResidentWeightsTest, ThreeByThreeLayersOnFewChannelsHaveTheHaloGemm) 
   EXPECT_EQ(rejection(q), "the halo GEMM runs float16 and bfloat16 only");
   q = ThreeByThree(1);
   q.input[1] = q.weights[1] = 96;
-  EXPECT_EQ(rejection(q), "the halo GEMM is built for 32, 64 or 128 input channels (have 96)");
+  EXPECT_EQ(rejection(q),
+            "the halo GEMM is built for 32, 64, 128 or 256 input channels (have 96)");
   q = ThreeByThree(1);
   q.output[1] = q.weights[0] = 40;
   EXPECT_EQ(rejection(q), "the halo GEMM needs output channels a multiple of 32 (have 40)");
@@ -220,6 +253,18 @@ TEST(DirectResidentWeightsTest, ThreeByThreeLayersOnFewChannelsHaveTheHaloGemm) 
   EXPECT_EQ(rejection(q), "the halo GEMM runs 3x3 kernels only");
 
   ExpectMmaSyncNeededAndNoFloat32(p, "direct:e4:k2=32,k6=4", "the halo GEMM");
+  // Split taps need clusters (9.0); an unknown target (0) leaves it to the
+  // launch.
+  CudnnTarget target;
+  for (int capability : {0, 90}) {
+    target.compute_capability = capability;
+    EXPECT_EQ(
+        ConfigRejection(EngineSelection(), target, p, ConfigId("direct:e4:k2=32,k6=4,k7=3")), "");
+  }
+  target.compute_capability = 80;
+  EXPECT_EQ(ConfigRejection(EngineSelection(), target, p, ConfigId("direct:e4:k2=32,k6=4,k7=3")),
+            "the halo GEMM's split taps need thread-block clusters (compute capability 9.0; "
+            "this GPU has 8.0)");
 }
 
 }  // namespace
