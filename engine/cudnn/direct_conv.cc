@@ -151,32 +151,33 @@ namespace {
 
 // The halo GEMM's configurations with the blocks each launches (all that
 // fit at once, one a tile at most; two an SM where the shared memory lets
-// them on an H100), and where the blocks of one a tile leave SMs idle, the
-// same with the taps split across kDirectHaloSplit blocks.
+// them on an H100). On 256 channels the taps are split across
+// kDirectHaloSplit blocks (their weights fit no other way), listed where
+// the blocks of one a tile leave SMs idle; on fewer the split lost (3x3
+// 64 @ 56 and 128 @ 28 at batch 1, docs/cudnn.md) and is not listed.
 std::vector<std::pair<double, EngineConfigId>> HaloConfigs(const ConvLayerProblem& problem) {
   const int64_t k = problem.output[1];
   std::vector<std::pair<double, EngineConfigId>> configs;
-  for (int64_t split : {int64_t{1}, kDirectHaloSplit}) {
-    for (int64_t rows : kTileRowChoices) {
-      const int64_t tiles = problem.output[0] * ((problem.output[2] + rows - 1) / rows) *
-                            ((problem.output[3] + kDirectHaloTileColumns - 1) /
-                             kDirectHaloTileColumns);
-      for (int64_t channels : kTileChannelChoices) {
-        const int64_t bytes = DirectHaloSharedBytes(problem, rows, channels, split);
-        if (k % channels != 0 || bytes > kDirectMaxSharedBytes ||
-            (split > 1 && tiles * (k / channels) >= kBlocksGuess)) {
-          continue;
-        }
-        EngineConfigId id;
-        id.path = LayerPath::kDirect;
-        id.engine = kDirectHaloEngine;
-        id.knobs = {{kDirectKnobTileChannels, channels}, {kDirectKnobTileRows, rows}};
-        if (split > 1) id.knobs.push_back({kDirectKnobTapSplit, split});
-        const int64_t per_sm = std::min<int64_t>(2, kDirectSharedBytesPerSm / (bytes + 1024));
-        configs.emplace_back(static_cast<double>(std::min<int64_t>(
-                                 tiles * (k / channels) * split, per_sm * kBlocksGuess)),
-                             std::move(id));
+  const int64_t split = problem.input[1] > kDirectHaloMaxUnsplitChannels ? kDirectHaloSplit : 1;
+  for (int64_t rows : kTileRowChoices) {
+    const int64_t tiles = problem.output[0] * ((problem.output[2] + rows - 1) / rows) *
+                          ((problem.output[3] + kDirectHaloTileColumns - 1) /
+                           kDirectHaloTileColumns);
+    for (int64_t channels : kTileChannelChoices) {
+      const int64_t bytes = DirectHaloSharedBytes(problem, rows, channels, split);
+      if (k % channels != 0 || bytes > kDirectMaxSharedBytes ||
+          (split > 1 && tiles * (k / channels) >= kBlocksGuess)) {
+        continue;
       }
+      EngineConfigId id;
+      id.path = LayerPath::kDirect;
+      id.engine = kDirectHaloEngine;
+      id.knobs = {{kDirectKnobTileChannels, channels}, {kDirectKnobTileRows, rows}};
+      if (split > 1) id.knobs.push_back({kDirectKnobTapSplit, split});
+      const int64_t per_sm = std::min<int64_t>(2, kDirectSharedBytesPerSm / (bytes + 1024));
+      configs.emplace_back(static_cast<double>(std::min<int64_t>(
+                               tiles * (k / channels) * split, per_sm * kBlocksGuess)),
+                           std::move(id));
     }
   }
   return configs;

@@ -58,10 +58,10 @@
 // kDirectHaloTileColumns columns, copying the input a tile reads, with its
 // 1-pixel halo, once: its MMAs read each tap's A fragments from that copy,
 // so the input is read about 1.5 times instead of 9. For ResNet-50's 3x3
-// 64 @ 56. For layers of few tiles (batch 1) knob 7 splits the taps across
-// a cluster of 3 blocks, a kernel row each, which add their sums through
-// distributed shared memory: a third of the weights a block, so three
-// times the blocks; 256 channels only so.
+// 64 @ 56. On 256 channels, for layers of few tiles (batch 1), knob 7
+// splits the taps across a cluster of 3 blocks, a kernel row each, which
+// add their sums through distributed shared memory: a third of the weights
+// a block, which then fit.
 //
 // On the direct path an EngineConfigId names our engine and its knobs in our
 // own numbering ("direct:e0:k0=2,k1=16", "direct:e1:k2=64,k3=4",
@@ -124,10 +124,12 @@ inline constexpr int kDirectPointwiseComputeCapability = 80;
 inline constexpr int64_t kDirectHaloEngine = 4;
 inline constexpr int64_t kDirectKnobTileRows = 6;
 // Knob 7: the blocks of a thread-block cluster the halo GEMM splits a 3x3
-// window's taps across (3: one kernel row each), listed for layers of few
-// tiles; clusters need compute capability 9.0.
+// window's taps across (3: one kernel row each), for 256 input channels on
+// layers of few tiles; clusters need compute capability 9.0.
 inline constexpr int64_t kDirectKnobTapSplit = 7;
 inline constexpr int64_t kDirectHaloSplit = 3;
+// The halo GEMM's most input channels unsplit; more (256) run split only.
+inline constexpr int64_t kDirectHaloMaxUnsplitChannels = 128;
 // The halo GEMM's output columns a tile (one warp's 16 MMA rows) and the
 // compute capability it needs (mma.sync). On 128 channels its 64-channel
 // tile of 8 rows is over kDirectMaxSharedBytes.

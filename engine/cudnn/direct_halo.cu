@@ -19,14 +19,15 @@
 // took 4.8 us (cuDNN 5.0-5.4) and at batch 32 cuDNN's kernel ran at 32% of
 // its floor (docs/cudnn.md, "3x3 tiles with a halo").
 //
-// Split taps (knob 7, sm_90): a layer of few tiles (batch 1) gives each of
-// a cluster's 3 blocks (grid z) one kernel row's 3 taps: it keeps their
-// weights only, a third, and copies the tile's input rows shifted by its
-// kernel row, no halo rows. Block 1 and 2 leave their float sums in shared
-// memory, block 0 adds them to its own (distributed shared memory, a fixed
-// order) and writes the tile. 256 channels are multiplied 128 at a time,
-// so that a tap's A fragments fit in registers; only split do their weights
-// fit in shared memory.
+// Split taps (knob 7, sm_90), for 256 input channels, whose 9 taps of
+// weights do not fit in shared memory: on a layer of few tiles (batch 1)
+// each of a cluster's 3 blocks (grid z) takes one kernel row's 3 taps: it
+// keeps their weights only, a third, and copies the tile's input rows
+// shifted by its kernel row, no halo rows. Blocks 1 and 2 leave their
+// float sums in shared memory, block 0 adds them to its own (distributed
+// shared memory, a fixed order) and writes the tile. A tap's 256 channels
+// are multiplied 128 at a time, so that its A fragments fit in registers.
+// (On 64 and 128 channels the split lost to the whole window a block.)
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -404,24 +405,23 @@ absl::Status DispatchTile(const ConvLayerProblem& problem, const ConvLayerBuffer
       absl::StrCat("the halo GEMM has no tile of ", rows, " rows by ", channels, " channels"));
 }
 
-template <typename T, int kSplit>
+// 32, 64 or 128 input channels unsplit, 256 split (the configurations
+// DirectConvConfigs lists).
+template <typename T>
 absl::Status DispatchChannels(const ConvLayerProblem& problem, const ConvLayerBuffers& b,
-                              int64_t rows, int64_t channels, cudaStream_t stream) {
-  switch (problem.input[1]) {
-    case 32: return DispatchTile<T, 32, kSplit>(problem, b, rows, channels, stream);
-    case 64: return DispatchTile<T, 64, kSplit>(problem, b, rows, channels, stream);
-    case 128: return DispatchTile<T, 128, kSplit>(problem, b, rows, channels, stream);
-    case 256: return DispatchTile<T, 256, kSplit>(problem, b, rows, channels, stream);
+                              int64_t rows, int64_t channels, int64_t split,
+                              cudaStream_t stream) {
+  if (split == 1) {
+    switch (problem.input[1]) {
+      case 32: return DispatchTile<T, 32, 1>(problem, b, rows, channels, stream);
+      case 64: return DispatchTile<T, 64, 1>(problem, b, rows, channels, stream);
+      case 128: return DispatchTile<T, 128, 1>(problem, b, rows, channels, stream);
+    }
+  } else if (problem.input[1] == 256) {
+    return DispatchTile<T, 256, kTaps>(problem, b, rows, channels, stream);
   }
   return absl::InvalidArgumentError(
-      "the halo GEMM is built for 32, 64, 128 or 256 input channels");
-}
-
-template <typename T>
-absl::Status DispatchSplit(const ConvLayerProblem& problem, const ConvLayerBuffers& b,
-                           int64_t rows, int64_t channels, int64_t split, cudaStream_t stream) {
-  if (split == 1) return DispatchChannels<T, 1>(problem, b, rows, channels, stream);
-  return DispatchChannels<T, kTaps>(problem, b, rows, channels, stream);
+      "the halo GEMM is built for 32, 64 or 128 input channels, or 256 with the taps split");
 }
 
 }  // namespace
@@ -459,10 +459,11 @@ absl::Status LaunchDirectHalo(const ConvLayerProblem& problem, const EngineConfi
   }
   switch (problem.dtype) {
     case DType::kFloat16:
-      return pair_kernel::DispatchSplit<__half>(problem, buffers, rows, channels, split, stream);
+      return pair_kernel::DispatchChannels<__half>(problem, buffers, rows, channels, split,
+                                                   stream);
     case DType::kBFloat16:
-      return pair_kernel::DispatchSplit<__nv_bfloat16>(problem, buffers, rows, channels, split,
-                                                       stream);
+      return pair_kernel::DispatchChannels<__nv_bfloat16>(problem, buffers, rows, channels,
+                                                          split, stream);
     case DType::kFloat32:
       break;
   }
