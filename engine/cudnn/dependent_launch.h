@@ -9,16 +9,23 @@
 // writes any tensor: what overlaps is the launch, never the memory traffic,
 // so the stream's order holds for the data as before.
 //
-// No kernel of ours triggers its dependents early
-// (griddepcontrol.launch_dependents), so the next kernel is launched when
-// every block of this one has exited, not at its completion event: that
-// hides the launch latency between two kernels, the previous one a cuDNN
-// kernel too. Triggering at each block's start was tried and was slower
-// (H200, 2026-11-28: chains of our kernels up to 26% slower, the stem 10.2
-// against 9.4 us at batch 1), likely (not measured apart) because the next
-// kernel's blocks were placed while the previous one's still held most SMs
-// and crowded onto the few SMs that had room (docs/runtime.md, "Dependent
-// launches"). cuDNN's kernels are not launched this way.
+// The implicit, pointwise and halo GEMMs release their dependents
+// (griddepcontrol.launch_dependents, ReleaseDependents) once a block has
+// issued its last tile's MMAs, and the pointwise and halo GEMMs copy their
+// weights and bias, which no kernel writes, before they wait: so the next
+// kernel's blocks are placed, and copy their weights, while this one's
+// blocks finish their epilogues. On an H200 (2026-11-29, hosts BG and BH,
+// graph replay of one layer, against releasing at exit) that took ResNet-50's
+// float16 layers at batch 1 from 3.72 to 3.45-3.49 us (3x3 64 @ 56), 5.07-5.12
+// to 4.84-4.88 (3x3 128 @ 28), 5.74 to 5.00 (3x3 256 @ 14), 3.00 to 2.57
+// (1x1 64->256) and 6.37 to 6.11 (3x3 512 @ 7), and 64->256 at batch 32
+// from 21.8 to 20.7; the stacks moved by 1% or less. Releasing at each
+// block's start instead was slower (2026-11-28: chains of our kernels up
+// to 26% slower, the stem 10.2 against 9.4 us at batch 1), likely (not
+// measured apart) because the next kernel's blocks were placed while the
+// previous one's still held most SMs and crowded onto the few SMs that had
+// room (docs/runtime.md, "Dependent launches"). The other kernels of ours
+// release at exit; cuDNN's kernels are not launched this way.
 //
 // On by default; SetDependentLaunch(false) (--dependent_launch=false) makes
 // every launch a plain one.
@@ -64,6 +71,16 @@ cudaError_t LaunchDependent(void (*kernel)(Params...), dim3 grid, dim3 block, si
 __device__ __forceinline__ void AwaitPreviousKernel() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+// Lets the next kernel on the stream launch once every block of this one
+// has called it (or exited); in the implicit, pointwise and halo GEMMs
+// after the MMAs of a block's last tile. A no-op below sm_90 and when the
+// next kernel was launched without the attribute.
+__device__ __forceinline__ void ReleaseDependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }
 #endif

@@ -348,6 +348,7 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
   }
+  ReleaseDependents();  // the MMAs are issued (dependent_launch.h)
   CopyAsyncWait<0>();
   __syncthreads();  // every warp is done with the stages the partial sums overwrite
 

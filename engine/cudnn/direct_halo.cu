@@ -205,7 +205,6 @@ template <typename T, int kC, int kRows, int kKb, int kSplit>
 __global__ void __launch_bounds__(32 * kRows)
     HaloGemm(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ bias,
              Activation activation, T* __restrict__ y, DirectConvDims d, HaloTiles tiling) {
-  AwaitPreviousKernel();
   static_assert(kSplit == 1 || kSplit == kTaps, "whole kernel rows a block");
   // A tap's fragments are loaded kLoadC channels at a time (kParts loads).
   constexpr int kLoadC = kC < 128 ? kC : 128, kParts = kC / kLoadC, kSteps = kLoadC / 16;
@@ -241,6 +240,9 @@ __global__ void __launch_bounds__(32 * kRows)
   for (int i = thread; i < kKb; i += kThreadCount) {
     shared_bias[i] = bias != nullptr ? ToFloat(bias[first_channel + i]) : 0.f;
   }
+  // The weights and bias (no kernel writes them) are on their way before
+  // the wait; the input is not read before it (dependent_launch.h).
+  AwaitPreviousKernel();
   const int tiles = d.n * tiling.down.divisor * tiling.across.divisor;
   const HaloCopier<T, kC, kRows, kHaloRows> copier(d, thread);
   int tile = blockIdx.x;
@@ -306,6 +308,7 @@ __global__ void __launch_bounds__(32 * kRows)
         TapMmas<T, kLoadC, kKb>(a[0], shared_w + weights_of(i), 0, false, b_row, b_column, acc);
       }
     }
+    if (tile + static_cast<int>(gridDim.x) >= tiles) ReleaseDependents();  // the last tile
     if constexpr (kSplit > 1) AddClusterSums<kKb, kSplit>(acc, shared_bias + kKb, thread);
 
     const HaloTile out = here;

@@ -83,7 +83,6 @@ template <typename T, int kC0>
 __global__ void __launch_bounds__(kThreads, 2)
     PointwiseGemm(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ bias,
                   Activation activation, T* __restrict__ y, int64_t pixels, int k, int channels) {
-  AwaitPreviousKernel();
   const int slices = k / channels, slice = static_cast<int>(blockIdx.x % slices);
   w += static_cast<int64_t>(slice) * channels * kC0;
   if (bias != nullptr) bias += slice * channels;
@@ -101,6 +100,9 @@ __global__ void __launch_bounds__(kThreads, 2)
   const int64_t tiles = (pixels + kTile - 1) / kTile, tile_step = gridDim.x / slices;
   CopyFirstWeights<T, kC0>(shared_w, w, channels, thread);
   CopyBias(shared_bias, bias, channels, thread);
+  // The weights and bias (no kernel writes them) are on their way before
+  // the wait; the input is not read before it (dependent_launch.h).
+  AwaitPreviousKernel();
   int64_t tile = blockIdx.x / slices;
   if (tile < tiles) CopyInputTile<T, kC0>(shared_x, 0, x, tile, pixels, thread);
   AwaitFirstCopies();
@@ -121,6 +123,7 @@ __global__ void __launch_bounds__(kThreads, 2)
         LdMatrixX4(x_fragments[m][s], tile_x + (m * 16 + a_row) * kRow0 + s * 16 + a_column);
       }
     }
+    if (next >= tiles) ReleaseDependents();  // the block's last tile
     // The warp's rows are staged where its input rows were: no other warp
     // reads them, and its own ldmatrix reads are done after this.
     __syncwarp();

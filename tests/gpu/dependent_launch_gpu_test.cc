@@ -1,10 +1,12 @@
 // Programmatic dependent launch of convserve's own kernels
 // (engine/cudnn/dependent_launch.h) on seeded random chains of layers that
 // only our kernels run: the narrow GEMM first (3-8 input channels), then
-// the implicit GEMM (3x3 and 1x1), depthwise 3x3 and the pointwise pair, in
-// float16 or bfloat16 NHWC, odd sizes, every activation. Each kernel reads
-// the previous one's output and writes the buffer the one before it read
-// (two buffers, alternating), so a kernel that touched a tensor before the
+// 3x3 and 1x1 layers on a random direct configuration (the implicit,
+// pointwise or halo GEMM, which release the next kernel at their last
+// tile), depthwise 3x3 and the pointwise pair, in float16 or bfloat16 NHWC,
+// odd sizes, every activation. Each kernel reads the previous one's output
+// and writes the buffer the one before it read (two buffers,
+// alternating), so a kernel that touched a tensor before the
 // previous kernel had finished would read a half-written input or overwrite
 // an input still being read. Per chain:
 // 1. plain launches, the stream synchronized after every kernel: the
