@@ -430,6 +430,21 @@ int CurrentDeviceAttribute(cudaDeviceAttr attribute, int fallback) {
   return value;
 }
 
+void SetClusterAndDependentLaunch(unsigned cluster_z, cudaLaunchAttribute (&attrs)[2],
+                                  cudaLaunchConfig_t* config) {
+  int count = 0;
+  if (cluster_z > 1) {
+    attrs[count] = {};
+    attrs[count].id = cudaLaunchAttributeClusterDimension;
+    attrs[count].val.clusterDim.x = 1;
+    attrs[count].val.clusterDim.y = 1;
+    attrs[count].val.clusterDim.z = cluster_z;
+    ++count;
+  }
+  config->attrs = attrs;
+  config->numAttrs = static_cast<unsigned>(AddDependentLaunchAttribute(attrs, count));
+}
+
 absl::StatusOr<int> PrepareKernel(const void* kernel, int threads, int bytes) {
   struct Prepared {
     int device;

@@ -164,7 +164,9 @@ DirectNarrowLayout DirectNarrowLayoutOf(const ConvLayerProblem& problem, int64_t
 std::string DirectPointwiseRejection(const ConvLayerProblem& problem);
 
 // Why the halo GEMM (engine 4) does not run `problem`, or "" when it does
-// (the implicit GEMM runs every such layer too).
+// (the implicit GEMM runs every such layer too). On 256 channels its
+// configurations are listed for layers of few tiles only, so a layer it
+// "runs" may have none (DirectConvConfigs).
 std::string DirectHaloRejection(const ConvLayerProblem& problem);
 // The shared memory a block of the halo GEMM takes on `c` input channels
 // (16-bit) with tiles of `rows` output rows by `channels` output channels,

@@ -38,6 +38,12 @@ int CurrentDeviceAttribute(cudaDeviceAttr attribute, int fallback);
 // fits.
 absl::StatusOr<int> PrepareKernel(const void* kernel, int threads, int bytes);
 
+// Points `config` at `attrs` holding its launch attributes: a cluster of
+// `cluster_z` blocks along grid z when that is over 1, and the dependent
+// launch attribute (AddDependentLaunchAttribute).
+void SetClusterAndDependentLaunch(unsigned cluster_z, cudaLaunchAttribute (&attrs)[2],
+                                  cudaLaunchConfig_t* config);
+
 // INVALID_ARGUMENT when a tensor of `buffers` is missing or not 16-byte
 // aligned (as every tensor is declared to cuDNN). The kernels use x, w
 // (depthwise weights, K x 1 x R x S: the same bytes in either layout; dense

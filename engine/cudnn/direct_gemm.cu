@@ -427,16 +427,7 @@ absl::Status Launch(const ConvLayerProblem& problem, const ConvLayerBuffers& b, 
                       .status());
   config.stream = stream;
   cudaLaunchAttribute attrs[2] = {};
-  int count = 0;
-  if (splits > 1) {
-    attrs[count].id = cudaLaunchAttributeClusterDimension;
-    attrs[count].val.clusterDim.x = 1;
-    attrs[count].val.clusterDim.y = 1;
-    attrs[count].val.clusterDim.z = static_cast<unsigned>(splits);
-    ++count;
-  }
-  config.attrs = attrs;
-  config.numAttrs = static_cast<unsigned>(AddDependentLaunchAttribute(attrs, count));
+  SetClusterAndDependentLaunch(static_cast<unsigned>(splits), attrs, &config);
   CUDA_RETURN_IF_ERROR(cudaLaunchKernelEx(&config, kernel, static_cast<const T*>(b.x),
                                           static_cast<const T*>(b.w),
                                           static_cast<const T*>(b.bias), static_cast<T*>(b.y), d,

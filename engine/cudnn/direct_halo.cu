@@ -364,16 +364,7 @@ absl::Status Launch(const ConvLayerProblem& problem, const ConvLayerBuffers& b,
   config.dynamicSmemBytes = bytes;
   config.stream = stream;
   cudaLaunchAttribute attrs[2] = {};
-  int count = 0;
-  if (kSplit > 1) {
-    attrs[count].id = cudaLaunchAttributeClusterDimension;
-    attrs[count].val.clusterDim.x = 1;
-    attrs[count].val.clusterDim.y = 1;
-    attrs[count].val.clusterDim.z = kSplit;
-    ++count;
-  }
-  config.attrs = attrs;
-  config.numAttrs = static_cast<unsigned>(AddDependentLaunchAttribute(attrs, count));
+  SetClusterAndDependentLaunch(kSplit, attrs, &config);
   CUDA_RETURN_IF_ERROR(cudaLaunchKernelEx(
       &config, kernel, static_cast<const T*>(b.x), static_cast<const T*>(b.w),
       static_cast<const T*>(b.bias), problem.activation, static_cast<T*>(b.y), d,

@@ -15,7 +15,7 @@
 // filled with NaN and followed by guard bytes: every element must be
 // written, none past the end.
 // Then the engine search: autotune races it with the implicit GEMM and
-// cuDNN on ResNet-50's two layers at batch 1 and 32 (every direct
+// cuDNN on ResNet-50's three layers at batch 1 and 32 (every direct
 // candidate passes the prober's guarded-buffer checks) and prints each
 // side's best time. Skips without a GPU.
 //
