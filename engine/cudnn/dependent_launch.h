@@ -9,23 +9,31 @@
 // writes any tensor: what overlaps is the launch, never the memory traffic,
 // so the stream's order holds for the data as before.
 //
-// The implicit, pointwise and halo GEMMs release their dependents
-// (griddepcontrol.launch_dependents, ReleaseDependents) once a block has
-// issued its last tile's MMAs, and the pointwise and halo GEMMs copy their
-// weights and bias, which no kernel writes, before they wait: so the next
-// kernel's blocks are placed, and copy their weights, while this one's
-// blocks finish their epilogues. On an H200 (2026-11-29, hosts BG and BH,
+// The implicit, pointwise, halo and narrow GEMMs and the pointwise pair
+// release their dependents (griddepcontrol.launch_dependents,
+// ReleaseDependents) once a block has reached its last tile's MMAs, and
+// all but the implicit GEMM, and the channels-last depthwise kernel, copy
+// their weights and biases, which no kernel writes, before they wait: so
+// the next kernel's blocks are placed, and copy their weights, while this
+// one's blocks finish. On an H200 (2026-11-29, hosts BG and BH,
 // graph replay of one layer, against releasing at exit) that took ResNet-50's
 // float16 layers at batch 1 from 3.72 to 3.45-3.49 us (3x3 64 @ 56), 5.07-5.12
 // to 4.84-4.88 (3x3 128 @ 28), 5.74 to 5.00 (3x3 256 @ 14), 3.00 to 2.57
 // (1x1 64->256) and 6.37 to 6.11 (3x3 512 @ 7), and 64->256 at batch 32
-// from 21.8 to 20.7; the stacks moved by 1% or less. Releasing at each
+// from 21.8 to 20.7; the stacks moved by 1% or less. The narrow GEMM, the
+// pair and the depthwise kernel followed (host BK, against the GEMMs
+// alone): the stem at batch 1 9.12-9.15 -> 7.49-7.50 us in float16 and
+// 15.98-15.99 -> 12.76-12.80 in float32 (its weight copy, element by
+// element, now overlaps the kernel before), depthwise layers 2%, the
+// ResNet-50 stack 33.4 -> 30.9 us at batch 1 and 152.5 -> 148.0-148.7 at
+// batch 32 (its pairs follow the halo GEMM). Releasing at each
 // block's start instead was slower (2026-11-28: chains of our kernels up
 // to 26% slower, the stem 10.2 against 9.4 us at batch 1), likely (not
 // measured apart) because the next kernel's blocks were placed while the
 // previous one's still held most SMs and crowded onto the few SMs that had
 // room (docs/runtime.md, "Dependent launches"). The other kernels of ours
-// release at exit; cuDNN's kernels are not launched this way.
+// (depthwise, bias+activation) release at exit; cuDNN's kernels are not
+// launched this way.
 //
 // On by default; SetDependentLaunch(false) (--dependent_launch=false) makes
 // every launch a plain one.
@@ -75,8 +83,8 @@ __device__ __forceinline__ void AwaitPreviousKernel() {
 }
 
 // Lets the next kernel on the stream launch once every block of this one
-// has called it (or exited); in the implicit, pointwise and halo GEMMs
-// after the MMAs of a block's last tile. A no-op below sm_90 and when the
+// has called it (or exited); in the GEMMs and the pair at a block's last
+// tile. A no-op below sm_90 and when the
 // next kernel was launched without the attribute.
 __device__ __forceinline__ void ReleaseDependents() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900

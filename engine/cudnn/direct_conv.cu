@@ -113,7 +113,6 @@ __global__ void DepthwiseChannelsLast(const T* __restrict__ x, const T* __restri
                                       const T* __restrict__ bias, T* __restrict__ y,
                                       DirectConvDims d, int block_vectors, int column_groups,
                                       Activation act) {
-  AwaitPreviousKernel();
   extern __shared__ __align__(16) float shared[];
   const int kernel_h = Extent<kKernel>(d.r), kernel_w = Extent<kKernel>(d.s);
   const int taps = kernel_h * kernel_w;
@@ -130,6 +129,9 @@ __global__ void DepthwiseChannelsLast(const T* __restrict__ x, const T* __restri
   for (int i = threadIdx.x; i < channels_here; i += blockDim.x) {
     biases[ChannelSlot<V>(i, block_vectors)] = bias != nullptr ? ToFloat(bias[c_begin + i]) : 0.0f;
   }
+  // The weights and biases (no kernel writes them) are read before the
+  // wait; the input is not (dependent_launch.h).
+  AwaitPreviousKernel();
   __syncthreads();
 
   const int vector = threadIdx.x % block_vectors;

@@ -136,7 +136,6 @@ template <typename T, int kWarps, bool kAligned, int kActivation>
 __global__ void __launch_bounds__(32 * kWarps, kResidentWarps / kWarps)
     NarrowGemm(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ bias,
                T* __restrict__ y, NarrowDims d, Activation activation) {
-  AwaitPreviousKernel();
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   constexpr int kThreads = 32 * kWarps;
   constexpr int kTilePixels = kWarpPixels * kWarps;
@@ -213,6 +212,9 @@ __global__ void __launch_bounds__(32 * kWarps, kResidentWarps / kWarps)
                   ((lane >> 3) & 1) * kG;
   }
   const int row_elements = d.w * d.c;
+  // The weights, the table and the biases (no kernel writes them) are in
+  // before the wait; the input is not read before it (dependent_launch.h).
+  AwaitPreviousKernel();
 
   // This block's tiles, in the order (n, column tile, p): p fastest.
   const int per_block = (d.tiles + gridDim.x - 1) / gridDim.x;
@@ -264,6 +266,7 @@ __global__ void __launch_bounds__(32 * kWarps, kResidentWarps / kWarps)
     staged_column = column;
     staged_top = top;
     __syncthreads();
+    if (tile + 1 == tile_end) ReleaseDependents();  // the block's last tile
 
     const int pixel0 = q0 + warp * kWarpPixels;
     if (pixel0 >= d.q) continue;

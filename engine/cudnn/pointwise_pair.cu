@@ -113,7 +113,6 @@ __global__ void __launch_bounds__(kThreads, 2)
                         const T* __restrict__ w1, const T* __restrict__ bias1,
                         Activation activation1, T* __restrict__ y, int64_t pixels, int c1,
                         int c2) {
-  AwaitPreviousKernel();
   const int slices = c2 / kC2, slice = static_cast<int>(blockIdx.x % slices);
   w1 += static_cast<int64_t>(slice) * kC2 * c1;
   if (bias1 != nullptr) bias1 += slice * kC2;
@@ -148,6 +147,9 @@ __global__ void __launch_bounds__(kThreads, 2)
   }
   CopyBias(shared_bias0, bias0, c1, thread);
   CopyBias(shared_bias1, bias1, kC2, thread);
+  // The weights and biases (no kernel writes them) are on their way before
+  // the wait; the input is not read before it (dependent_launch.h).
+  AwaitPreviousKernel();
   int64_t tile = blockIdx.x / slices;
   if (tile < tiles) load_tile(tile, 0);
   AwaitFirstCopies();
@@ -170,6 +172,7 @@ __global__ void __launch_bounds__(kThreads, 2)
         LdMatrixX4(x_fragments[m][k], tile_x + (m * 16 + a_row) * kRow0 + k * 16 + a_column);
       }
     }
+    if (next >= tiles) ReleaseDependents();  // the block's last tile
     float acc1[kM][kBlocks2][4] = {};
     // A plain ReLU gets its own copy of the loop, without the switch.
     if (relu0) {
