@@ -13,9 +13,14 @@
 // release their dependents (griddepcontrol.launch_dependents,
 // ReleaseDependents) once a block has reached its last tile's MMAs, and
 // all but the implicit GEMM, and the channels-last depthwise kernel, copy
-// their weights and biases, which no kernel writes, before they wait: so
-// the next kernel's blocks are placed, and copy their weights, while this
-// one's blocks finish. On an H200 (2026-11-29, hosts BG and BH,
+// their weights and biases before they wait: so the next kernel's blocks
+// are placed, and copy their weights, while this one's blocks finish. That
+// reads them before the kernel just before on the stream is known to be
+// done, which holds as long as that kernel never writes them: weights and
+// biases are uploaded by copies (DeviceWeights), and the prober's random
+// fills (ProbeBuffers::Reset) are followed by the output's memset before
+// any candidate runs. A kernel that wrote a layer's weights right before
+// the layer ran would break it. On an H200 (2026-11-29, hosts BG and BH,
 // graph replay of one layer, against releasing at exit) that took ResNet-50's
 // float16 layers at batch 1 from 3.72 to 3.45-3.49 us (3x3 64 @ 56), 5.07-5.12
 // to 4.84-4.88 (3x3 128 @ 28), 5.74 to 5.00 (3x3 256 @ 14), 3.00 to 2.57
