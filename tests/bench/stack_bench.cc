@@ -56,6 +56,9 @@ ABSL_FLAG(bool, fuse_pointwise_pairs, true,
 ABSL_FLAG(int, device, 0, "CUDA device ordinal");
 ABSL_FLAG(int, warmup, 50, "untimed requests per stack and batch (the first builds plans)");
 ABSL_FLAG(int, requests, 500, "timed requests per stack and batch");
+ABSL_FLAG(std::string, cudnn_errata, "",
+          "file of extra errata rules (engine configurations never to run), as the server's "
+          "--cudnn_errata: e.g. to time a stack without one engine");
 
 ABSL_FLAG(bool, dependent_launch, true,
           "launch convserve's own kernels as programmatic dependent launches (the server's "
@@ -159,6 +162,7 @@ int Run() {
   options.selection.autotune_knob_candidates = absl::GetFlag(FLAGS_autotune_knob_candidates);
   options.prober_binary = absl::GetFlag(FLAGS_prober_binary);
   options.fuse_pointwise_pairs = absl::GetFlag(FLAGS_fuse_pointwise_pairs);
+  options.errata_file = absl::GetFlag(FLAGS_cudnn_errata);
   absl::StatusOr<std::unique_ptr<DevicePool>> pool = DevicePool::Create(options);
   if (!pool.ok()) {
     std::fprintf(stderr, "stack_bench: %s\n", pool.status().ToString().c_str());
