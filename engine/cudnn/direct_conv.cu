@@ -447,6 +447,18 @@ void SetClusterAndDependentLaunch(unsigned cluster_z, cudaLaunchAttribute (&attr
   config->numAttrs = static_cast<unsigned>(AddDependentLaunchAttribute(attrs, count));
 }
 
+int SpreadSharedBytes(int bytes, int64_t blocks, int64_t tiles) {
+  if (tiles > blocks || blocks > CurrentDeviceAttribute(cudaDevAttrMultiProcessorCount, 0)) {
+    return bytes;
+  }
+  // Two blocks of this much (and the shared memory reserved for each) are
+  // over the SM's; PrepareKernel opted the kernel into the block's limit.
+  const int spread = CurrentDeviceAttribute(cudaDevAttrMaxSharedMemoryPerMultiprocessor, 0) / 2 -
+                     CurrentDeviceAttribute(cudaDevAttrReservedSharedMemoryPerBlock, 0) + 16;
+  if (spread > CurrentDeviceAttribute(cudaDevAttrMaxSharedMemoryPerBlockOptin, 0)) return bytes;
+  return std::max(bytes, spread);
+}
+
 absl::StatusOr<int> PrepareKernel(const void* kernel, int threads, int bytes) {
   struct Prepared {
     int device;

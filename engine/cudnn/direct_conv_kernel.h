@@ -5,6 +5,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstdint>
+
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "engine/conv_layer_problem.h"
@@ -37,6 +39,16 @@ int CurrentDeviceAttribute(cudaDeviceAttr attribute, int fallback);
 // host would otherwise pay each time). RESOURCE_EXHAUSTED when no block
 // fits.
 absl::StatusOr<int> PrepareKernel(const void* kernel, int threads, int bytes);
+
+// The dynamic shared memory to launch `blocks` blocks (no cluster) of a
+// kernel PrepareKernel prepared with `bytes` a block, for `tiles` tiles:
+// when every block has one tile at most and they fit on the current device
+// one an SM (tiles <= blocks <= SMs), enough that no two share an SM; else
+// `bytes`. A dependent launch places its blocks while the kernel before
+// still holds SMs: two to an SM, the first ones would crowd onto the few
+// free SMs, and with a tile a block those finish last. (Blocks that loop
+// over tiles even it out; spread, at batch 32, they were slower.)
+int SpreadSharedBytes(int bytes, int64_t blocks, int64_t tiles);
 
 // Points `config` at `attrs` holding its launch attributes: a cluster of
 // `cluster_z` blocks along grid z when that is over 1, and the dependent

@@ -361,7 +361,9 @@ absl::Status Launch(const ConvLayerProblem& problem, const ConvLayerBuffers& b,
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(groups), kSplit);
   config.blockDim = dim3(32 * kRows);
-  config.dynamicSmemBytes = bytes;
+  // A cluster's blocks may share an SM; spread, too few clusters could fit.
+  config.dynamicSmemBytes =
+      kSplit == 1 ? SpreadSharedBytes(bytes, blocks * groups, tiles * groups) : bytes;
   config.stream = stream;
   cudaLaunchAttribute attrs[2] = {};
   SetClusterAndDependentLaunch(kSplit, attrs, &config);

@@ -385,7 +385,10 @@ absl::Status Launch(const ConvLayerProblem& problem, const ConvLayerBuffers& b,
   const int blocks = std::min(d.tiles, std::max(1, sms * resident / channel_tiles));
   CUDA_RETURN_IF_ERROR(LaunchDependent(
       kernel, dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(channel_tiles)),
-      dim3(kThreads), static_cast<size_t>(bytes), stream, static_cast<const T*>(b.x),
+      dim3(kThreads),
+      static_cast<size_t>(SpreadSharedBytes(bytes, static_cast<int64_t>(blocks) * channel_tiles,
+                                            static_cast<int64_t>(d.tiles) * channel_tiles)),
+      stream, static_cast<const T*>(b.x),
       static_cast<const T*>(b.w), static_cast<const T*>(b.bias), static_cast<T*>(b.y), d,
       problem.activation));
   return absl::OkStatus();

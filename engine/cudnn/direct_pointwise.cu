@@ -175,10 +175,12 @@ absl::Status Launch(const ConvLayerProblem& problem, const ConvLayerBuffers& b,
       PrepareKernel(reinterpret_cast<const void*>(kernel), kThreads, bytes).status());
   const int64_t pixels = problem.input[0] * problem.input[2] * problem.input[3];
   const int64_t sms = CurrentDeviceAttribute(cudaDevAttrMultiProcessorCount, 1);
-  const int64_t blocks =
-      PointwiseTileBlocks(pixels, problem.output[1] / channels, blocks_per_sm * sms);
+  const int64_t slices = problem.output[1] / channels;
+  const int64_t tiles = (pixels + kTile - 1) / kTile;
+  const int64_t blocks = PointwiseTileBlocks(pixels, slices, blocks_per_sm * sms);
   CUDA_RETURN_IF_ERROR(LaunchDependent(
-      kernel, dim3(static_cast<unsigned>(blocks)), dim3(kThreads), static_cast<size_t>(bytes),
+      kernel, dim3(static_cast<unsigned>(blocks)), dim3(kThreads),
+      static_cast<size_t>(SpreadSharedBytes(bytes, blocks, tiles * slices)),
       stream, static_cast<const T*>(b.x), static_cast<const T*>(b.w),
       static_cast<const T*>(b.bias), problem.activation, static_cast<T*>(b.y), pixels,
       static_cast<int>(problem.output[1]), static_cast<int>(channels)));

@@ -247,7 +247,10 @@ absl::Status LaunchTyped(const PairLaunch& launch) {
   const PointwisePairBuffers& b = launch.buffers;
   const Shape& x = launch.first.input;
   CUDA_RETURN_IF_ERROR(LaunchDependent(
-      kernel, dim3(launch.grid.blocks), dim3(kThreads), static_cast<size_t>(shared_bytes),
+      kernel, dim3(launch.grid.blocks), dim3(kThreads),
+      static_cast<size_t>(SpreadSharedBytes(
+          static_cast<int>(shared_bytes), launch.grid.blocks,
+          (x[0] * x[2] * x[3] + kTile - 1) / kTile * launch.grid.slices)),
       launch.stream, static_cast<const T*>(b.x), static_cast<const T*>(b.w0),
       launch.first.has_bias ? static_cast<const T*>(b.bias0) : nullptr,
       launch.first.activation, static_cast<const T*>(b.w1),

@@ -7,9 +7,12 @@
 // followed by guard bytes: every element must be written, none past the end.
 // Then the engine search: autotune races the direct path and every direct
 // candidate passes the prober's guarded-buffer checks; --direct_kernels=false
-// keeps it out. Skips without a GPU.
+// keeps it out. And the shared memory a launch of one tile a block asks
+// for, so that no two of its blocks share an SM. Skips without a GPU.
 //
 // CONVSERVE_DIRECT_SEED and CONVSERVE_DIRECT_CASES change the random cases.
+#include <cuda_runtime_api.h>
+
 #include <array>
 #include <cmath>
 #include <cstdint>
@@ -26,6 +29,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/cudnn/candidate_search.h"
 #include "engine/cudnn/direct_conv.h"
+#include "engine/cudnn/direct_conv_kernel.h"
 #include "gtest/gtest.h"
 #include "tests/test_util/cudnn_device_test.h"
 
@@ -206,6 +210,32 @@ TEST_F(DirectConvTest, BindRejectsWhatTheKernelCannotRun) {
   dense.input[1] = 16;
   EXPECT_EQ(planner.BuildConfig(dense, DirectConvConfigs(problem)[0]).status().code(),
             absl::StatusCode::kNotFound);
+}
+
+// SpreadSharedBytes: a grid of one tile a block that fits on the SMs one a
+// block asks for more than half an SM's shared memory (so blocks placed
+// early, a dependent launch's, never double up); other grids ask for what
+// a block needs.
+TEST_F(DirectConvTest, GridsOfOneTileABlockTakeAnSmEach) {
+  int device = 0, sms = 0, per_sm = 0, reserved = 0, per_block = 0;
+  ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device),
+            cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, device),
+            cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&per_block, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
+            cudaSuccess);
+  const int spread = SpreadSharedBytes(1024, sms, sms);
+  std::printf("%d SMs of %d bytes (%d reserved a block): one tile a block asks for %d\n", sms,
+              per_sm, reserved, spread);
+  EXPECT_GT(2 * (spread + reserved), per_sm);
+  EXPECT_LE(spread + reserved, per_sm);
+  EXPECT_LE(spread, per_block);
+  EXPECT_EQ(SpreadSharedBytes(1024, 7, 5), spread);
+  EXPECT_EQ(SpreadSharedBytes(per_block, 7, 5), per_block);  // more already
+  EXPECT_EQ(SpreadSharedBytes(1024, sms + 1, sms + 1), 1024);  // over one wave
+  EXPECT_EQ(SpreadSharedBytes(1024, sms, 2 * sms), 1024);      // blocks loop over tiles
 }
 
 }  // namespace
