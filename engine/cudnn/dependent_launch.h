@@ -12,9 +12,10 @@
 // The implicit, pointwise, halo and narrow GEMMs and the pointwise pair
 // release their dependents (griddepcontrol.launch_dependents,
 // ReleaseDependents) once a block has reached its last tile's MMAs, and
-// all but the implicit GEMM, and the channels-last depthwise kernel, copy
-// their weights and biases before they wait: so the next kernel's blocks
-// are placed, and copy their weights, while this one's blocks finish. That
+// they and the channels-last depthwise kernel copy their weights and biases
+// (the implicit GEMM: its first stages' weights) before they wait: so the
+// next kernel's blocks are placed, and copy their weights, while this
+// one's blocks finish. That
 // reads them before the kernel just before on the stream is known to be
 // done, which holds as long as that kernel never writes them: weights and
 // biases are uploaded by copies (DeviceWeights), and the prober's random
@@ -31,7 +32,17 @@
 // 15.98-15.99 -> 12.76-12.80 in float32 (its weight copy, element by
 // element, now overlaps the kernel before), depthwise layers 2%, the
 // ResNet-50 stack 33.4 -> 30.9 us at batch 1 and 152.5 -> 148.0-148.7 at
-// batch 32 (its pairs follow the halo GEMM). Releasing at each
+// batch 32 (its pairs follow the halo GEMM). The implicit GEMM followed
+// (host BN, against the build before, two runs each): float16 at batch 1
+// 1x1 s2 256->512 3.92 -> 3.48 us, 2048->512 4.53 -> 4.25, 256->64 3.25
+// (cuDNN's) -> 3.05, 3x3 512 @ 7 6.11 -> 5.93; float32 64->64 3.13 -> 2.96.
+// Early placement can crowd, though: with the implicit GEMM (faster alone)
+// on the ResNet-50 stack's first layer, the stack took 32.2-32.7 against
+// 30.9 us at batch 1 (hosts BO, BP; 34.1-34.3 either way without dependent
+// launch). Likely (not traced) the halo GEMM after it, placed while the
+// implicit GEMM held 98 SMs, put two blocks on each free SM. Grids of one
+// tile a block now take an SM each (SpreadSharedBytes,
+// direct_conv_kernel.h): 30.8-30.9 (host BQ). Releasing at each
 // block's start instead was slower (2026-11-28: chains of our kernels up
 // to 26% slower, the stem 10.2 against 9.4 us at batch 1), likely (not
 // measured apart) because the next kernel's blocks were placed while the

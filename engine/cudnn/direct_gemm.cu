@@ -192,7 +192,6 @@ template <typename T, int kTileChannels>
 __global__ void __launch_bounds__(kThreads)
     ImplicitGemm(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ bias,
                  T* __restrict__ y, GemmDims d, Activation activation) {
-  AwaitPreviousKernel();
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   // 1024: each step's tiles start on the 512-byte boundary wgmma's swizzle
   // repeats at.
@@ -245,10 +244,21 @@ __global__ void __launch_bounds__(kThreads)
   int tap = d.by_c.Divide(next_chunk * kChunk<T>);
   int c0 = d.by_c.Remainder(next_chunk * kChunk<T>, tap);
   int tap_r = d.by_s.Divide(tap), tap_s = d.by_s.Remainder(tap, tap_r);
-  const auto load = [&](int slot) {
+  // The weights of step `chunk` (the group's) into stage slot `slot`.
+  const auto load_weights = [&](int slot, int chunk) {
+    T* b = stages + (slot * kGroups + group) * kStepElements<T, kTileChannels> +
+           kTilePixels * kChunk<T>;
+#pragma unroll
+    for (int i = 0; i < kWeightRows; ++i) {
+      CopyAsync16(b + Swizzled<T>(tid / kSegments + i * kRowStep, segment),
+                  weight_row[i] + chunk * kChunk<T>, channel_valid[i]);
+    }
+  };
+  // The group's next step into `slot`: its input and, unless copied
+  // already, its weights.
+  const auto load = [&](int slot, bool weights) {
     if (next_chunk < chunk_end) {
       T* a = stages + (slot * kGroups + group) * kStepElements<T, kTileChannels>;
-      T* b = a + kTilePixels * kChunk<T>;
 #pragma unroll
       for (int i = 0; i < kInputRows; ++i) {
         const int h = top[i] + tap_r * d.dilation_h, col = left[i] + tap_s * d.dilation_w;
@@ -261,11 +271,7 @@ __global__ void __launch_bounds__(kThreads)
                    : x;
         CopyAsync16(a + Swizzled<T>(tid / kSegments + i * kRowStep, segment), source, inside);
       }
-#pragma unroll
-      for (int i = 0; i < kWeightRows; ++i) {
-        CopyAsync16(b + Swizzled<T>(tid / kSegments + i * kRowStep, segment),
-                    weight_row[i] + next_chunk * kChunk<T>, channel_valid[i]);
-      }
+      if (weights) load_weights(slot, next_chunk);
     }
     next_chunk += kGroups;
     c0 += kGroups * kChunk<T>;
@@ -298,9 +304,18 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int e = 0; e < 4; ++e) acc[f][e] = 0.f;
   }
+  // The first stages' weights (no kernel writes them) are on their way
+  // before the wait, their input after it (dependent_launch.h): the first
+  // commit group holds them all.
 #pragma unroll
   for (int slot = 0; slot < kStages - 1; ++slot) {
-    if (slot < stage_count) load(slot);
+    const int chunk = chunk_begin + group + slot * kGroups;
+    if (slot < stage_count && chunk < chunk_end) load_weights(slot, chunk);
+  }
+  AwaitPreviousKernel();
+#pragma unroll
+  for (int slot = 0; slot < kStages - 1; ++slot) {
+    if (slot < stage_count) load(slot, false);
     CopyAsyncCommit();
   }
   for (int i = 0; i < stage_count; ++i) {
@@ -315,7 +330,7 @@ __global__ void __launch_bounds__(kThreads)
     // group's rows of a slot are copied and read by its own warps only, so
     // the groups wait for their own copies, not for each other's.
     GroupBarrier(1 + group, kGroupThreads);
-    if (i + kStages - 1 < stage_count) load((i + kStages - 1) % kStages);
+    if (i + kStages - 1 < stage_count) load((i + kStages - 1) % kStages, true);
     CopyAsyncCommit();
     if (!has_step) continue;
     if constexpr (kWarpgroupMma<T>) {
