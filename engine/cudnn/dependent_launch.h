@@ -41,8 +41,9 @@
 // 30.9 us at batch 1 (hosts BO, BP; 34.1-34.3 either way without dependent
 // launch). Likely (not traced) the halo GEMM after it, placed while the
 // implicit GEMM held 98 SMs, put two blocks on each free SM. Grids of one
-// tile a block now take an SM each (SpreadSharedBytes,
-// direct_conv_kernel.h): 30.8-30.9 (host BQ). Releasing at each
+// tile a block (but the narrow GEMM's) now take an SM each
+// (SpreadSharedBytes, direct_conv_kernel.h): 30.8-30.9 (host BQ).
+// Releasing at each
 // block's start instead was slower (2026-11-28: chains of our kernels up
 // to 26% slower, the stem 10.2 against 9.4 us at batch 1), likely (not
 // measured apart) because the next kernel's blocks were placed while the

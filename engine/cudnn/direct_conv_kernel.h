@@ -47,7 +47,9 @@ absl::StatusOr<int> PrepareKernel(const void* kernel, int threads, int bytes);
 // `bytes`. A dependent launch places its blocks while the kernel before
 // still holds SMs: two to an SM, the first ones would crowd onto the few
 // free SMs, and with a tile a block those finish last. (Blocks that loop
-// over tiles even it out; spread, at batch 32, they were slower.)
+// over tiles even it out; spread, at batch 32, they were slower.) The halo
+// GEMM without a cluster, the pointwise GEMM and the pair use it; the
+// narrow GEMM does not (direct_narrow.cu says why).
 int SpreadSharedBytes(int bytes, int64_t blocks, int64_t tiles);
 
 // Points `config` at `attrs` holding its launch attributes: a cluster of
