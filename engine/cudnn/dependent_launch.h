@@ -37,7 +37,7 @@
 // 1x1 s2 256->512 3.92 -> 3.48 us, 2048->512 4.53 -> 4.25, 256->64 3.25
 // (cuDNN's) -> 3.05, 3x3 512 @ 7 6.11 -> 5.93; float32 64->64 3.13 -> 2.96.
 // Early placement can crowd, though: with the implicit GEMM (faster alone)
-// on the ResNet-50 stack's first layer, the stack took 32.2-32.7 against
+// on the ResNet-50 stack's first layer, the stack took 32.2-32.8 against
 // 30.9 us at batch 1 (hosts BO, BP; 34.1-34.3 either way without dependent
 // launch). Likely (not traced) the halo GEMM after it, placed while the
 // implicit GEMM held 98 SMs, put two blocks on each free SM. Grids of one
