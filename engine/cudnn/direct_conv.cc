@@ -188,7 +188,7 @@ std::vector<std::pair<double, EngineConfigId>> HaloConfigs(const ConvLayerProble
 // knob 2) or, when a block a tile leaves SMs idle, a slice of them.
 std::vector<std::pair<double, EngineConfigId>> PointwiseConfigs(const ConvLayerProblem& problem) {
   const int64_t pixels = problem.output[0] * problem.output[2] * problem.output[3];
-  const int64_t tiles = (pixels + kPointwisePairTile - 1) / kPointwisePairTile;
+  const int64_t tiles = PointwiseTiles(pixels);
   const int64_t k = problem.output[1];
   std::vector<int64_t> slices = {k};
   for (int64_t slice : kSliceChoices) {

@@ -176,7 +176,7 @@ absl::Status Launch(const ConvLayerProblem& problem, const ConvLayerBuffers& b,
   const int64_t pixels = problem.input[0] * problem.input[2] * problem.input[3];
   const int64_t sms = CurrentDeviceAttribute(cudaDevAttrMultiProcessorCount, 1);
   const int64_t slices = problem.output[1] / channels;
-  const int64_t tiles = (pixels + kTile - 1) / kTile;
+  const int64_t tiles = PointwiseTiles(pixels);
   const int64_t blocks = PointwiseTileBlocks(pixels, slices, blocks_per_sm * sms);
   CUDA_RETURN_IF_ERROR(LaunchDependent(
       kernel, dim3(static_cast<unsigned>(blocks)), dim3(kThreads),

@@ -33,7 +33,7 @@ std::string PointwiseLayerRejection(const ConvLayerProblem& problem, const char*
 }
 
 int64_t PointwiseTileBlocks(int64_t pixels, int64_t slices, int64_t max_blocks) {
-  const int64_t tiles = (pixels + kPointwisePairTile - 1) / kPointwisePairTile;
+  const int64_t tiles = PointwiseTiles(pixels);
   return slices * std::max<int64_t>(1, std::min(tiles, max_blocks / slices));
 }
 

@@ -250,7 +250,7 @@ absl::Status LaunchTyped(const PairLaunch& launch) {
       kernel, dim3(launch.grid.blocks), dim3(kThreads),
       static_cast<size_t>(SpreadSharedBytes(
           static_cast<int>(shared_bytes), launch.grid.blocks,
-          (x[0] * x[2] * x[3] + kTile - 1) / kTile * launch.grid.slices)),
+          PointwiseTiles(x[0] * x[2] * x[3]) * launch.grid.slices)),
       launch.stream, static_cast<const T*>(b.x), static_cast<const T*>(b.w0),
       launch.first.has_bias ? static_cast<const T*>(b.bias0) : nullptr,
       launch.first.activation, static_cast<const T*>(b.w1),
@@ -304,7 +304,7 @@ absl::StatusOr<std::vector<PointwisePairGrid>> PointwisePairGrids(
   CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   const Shape& x = first.input;
   const int64_t pixels = x[0] * x[2] * x[3];
-  const int64_t tiles = (pixels + kPointwisePairTile - 1) / kPointwisePairTile;
+  const int64_t tiles = PointwiseTiles(pixels);
   const int64_t c2 = second.output[1];
   std::vector<PointwisePairGrid> grids;
   for (const int slices : {1, 2}) {

@@ -45,6 +45,11 @@ bool PointwiseKernelBuiltFor(int64_t channels);
 // one (`kernel` names it in the message).
 std::string PointwiseLayerRejection(const ConvLayerProblem& problem, const char* kernel);
 
+// The kPointwisePairTile-pixel tiles of `pixels` pixels.
+inline int64_t PointwiseTiles(int64_t pixels) {
+  return (pixels + kPointwisePairTile - 1) / kPointwisePairTile;
+}
+
 // The blocks of a persistent launch over `pixels` pixels whose outputs are
 // split in `slices` slices, at most `max_blocks` (resident blocks an SM
 // times SMs): the same number for every slice, each a block per
