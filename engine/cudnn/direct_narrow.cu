@@ -25,7 +25,8 @@
 // A block owns 64 output channels (grid y) and keeps all their weights in
 // shared memory (float32 rounded to TF32 once, as the staged input is). A
 // warp computes 32 pixels (two m16 tiles) by the 64 channels and writes
-// them from its registers after bias, activation and one rounding.
+// them from its registers after bias, activation and one rounding. The
+// copies of the weights and the input rows are in narrow_staging.cuh.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -39,46 +40,23 @@
 #include "engine/cudnn/direct_conv.h"
 #include "engine/cudnn/direct_conv_kernel.h"
 #include "engine/cudnn/fast_divisor.h"
+#include "engine/cudnn/narrow_staging.cuh"
 #include "engine/cudnn/tensor_core.cuh"
 #include "engine/status_macros.h"
 
 namespace convserve {
 namespace {
 
+using narrow::CopyWeights;
+using narrow::kGroup;
+using narrow::NarrowDims;
+using narrow::StageRows;
+
 constexpr int kChannels = static_cast<int>(kDirectNarrowTileChannels);
 constexpr int kWarpPixels = 32;
-// Elements of a 16-byte group.
-template <typename T>
-constexpr int kGroup = 16 / static_cast<int>(sizeof(T));
 // The kernels' activation: a kind fixed at compile time, or kAnyActivation
 // (the kind read at run time, for the rarer ones).
 constexpr int kAnyActivation = -1;
-
-struct NarrowDims : DirectConvDims {
-  int row, groups, steps, pixel_step, weight_stride, input_stride, span;
-  int column_tiles;  // tiles per output row
-  int tiles;         // n * column_tiles * p
-  // The divisions of the kernel's copy loops and tile order, by sizes fixed
-  // at launch: input_stride, weight_stride / kGroup (row_groups), groups,
-  // span, p and column_tiles. Divided at run time they cost about 20
-  // instructions each, several per staged element.
-  FastDivisor by_input_stride, by_row_groups, by_groups, by_span, by_p, by_column_tiles;
-  // A multiple of span at least pad_h, so an input row plus it is >= 0.
-  int wrap_bias;
-};
-
-// The value a staged element holds: float32 rounded to TF32 (to nearest,
-// ties away), the 16-bit types as they are.
-template <typename T>
-__device__ inline T Staged(T v) {
-  if constexpr (std::is_same_v<T, float>) {
-    unsigned bits;
-    asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(bits) : "f"(v));
-    return __uint_as_float(bits);
-  } else {
-    return v;
-  }
-}
 
 // The 32 bits of a fragment at `p`: two 16-bit elements (p 4-byte aligned
 // when kAligned) or one float.
@@ -119,18 +97,10 @@ __device__ inline float Act(const Activation& activation, float x) {
   }
 }
 
-// Input row `h` (>= -pad_h) modulo span: its slot in the ring.
-__device__ inline int RingSlot(const NarrowDims& d, int h) {
-  const int x = h + d.wrap_bias;
-  return d.by_span.Remainder(x, d.by_span.Divide(x));
-}
-
 // Warps resident per SM the registers are budgeted for: 16 (128 registers a
 // thread). Left alone the compiler took 152 for the float16 ReLU kernel, so
 // 3 blocks of 4 warps an SM instead of 4.
 constexpr int kResidentWarps = 16;
-// Input elements a thread loads before it stores them when staging rows.
-constexpr int kStageBatch = 8;
 
 template <typename T, int kWarps, bool kAligned, int kActivation>
 __global__ void __launch_bounds__(32 * kWarps, kResidentWarps / kWarps)
@@ -139,6 +109,7 @@ __global__ void __launch_bounds__(32 * kWarps, kResidentWarps / kWarps)
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   constexpr int kThreads = 32 * kWarps;
   constexpr int kTilePixels = kWarpPixels * kWarps;
+  static_assert(kTilePixels % kGroup<T> == 0, "every tile's rows start at one group phase");
   constexpr int kG = kGroup<T>;
   extern __shared__ __align__(128) unsigned char shared[];
   // [kChannels][weight_stride], the ring of [2 * span][input_stride] and
@@ -150,25 +121,7 @@ __global__ void __launch_bounds__(32 * kWarps, kResidentWarps / kWarps)
   const int g = lane >> 2, t = lane & 3;
   const int channel0 = blockIdx.y * kChannels;
 
-  // Group i of channel c's row holds kernel row i / groups, elements
-  // (i % groups) * kG onwards of its KRSC weights; one 16-byte store each.
-  const int row_groups = d.weight_stride / kG;
-#pragma unroll 4
-  for (int i = threadIdx.x; i < kChannels * row_groups; i += kThreads) {
-    const int channel = d.by_row_groups.Divide(i), group = i - channel * row_groups;
-    const int r = d.by_groups.Divide(group), first = (group - r * d.groups) * kG;
-    const bool real = r < d.r && channel0 + channel < d.k;
-    const T* source = w + ((channel0 + channel) * d.r + r) * d.row + first;
-    union {
-      T v[kG];
-      uint4 bits;
-    } values;
-#pragma unroll
-    for (int e = 0; e < kG; ++e) {
-      values.v[e] = real && first + e < d.row ? Staged(source[e]) : FromFloat<T>(0.f);
-    }
-    *reinterpret_cast<uint4*>(weights + i * kG) = values.bits;
-  }
+  CopyWeights<T, kChannels, kThreads>(w, d, weights, channel0);
   // Step s's two groups: where they start relative to the tile's first
   // staged row (kernel row r is r * dilation_h rows below it) and their
   // first element in the kernel row (`row` past the last group: masked).
@@ -211,7 +164,6 @@ __global__ void __launch_bounds__(32 * kWarps, kResidentWarps / kWarps)
     b_offset[f] = (16 * f + (lane & 7) + ((lane >> 4) << 3)) * d.weight_stride +
                   ((lane >> 3) & 1) * kG;
   }
-  const int row_elements = d.w * d.c;
   // The weights, the table and the biases (no kernel writes them) are in
   // before the wait; the input is not read before it (dependent_launch.h).
   AwaitPreviousKernel();
@@ -236,33 +188,10 @@ __global__ void __launch_bounds__(32 * kWarps, kResidentWarps / kWarps)
     const int from =
         column == staged_column ? max(top, min(staged_top + d.span, top + d.span)) : top;
     __syncthreads();  // no warp still reads the rows these replace (or the weights are in)
-    // The new rows' elements as one run, kStageBatch loads of a thread in
-    // flight before its stores: copied row by row, 4 at a time, a block's
-    // first tile waited for the memory 14 times over (the stem's 7 rows).
-    const int count = max(top + d.span - from, 0) * d.input_stride;
-    for (int base = threadIdx.x; base < count; base += kStageBatch * kThreads) {
-      T values[kStageBatch];
-#pragma unroll
-      for (int j = 0; j < kStageBatch; ++j) {
-        const int i = base + j * kThreads;
-        const int row = d.by_input_stride.Divide(i), e = i - row * d.input_stride;
-        const int h = from + row, at = first + e;
-        const bool inside = i < count && h >= 0 && h < d.h && at >= 0 && at < row_elements;
-        values[j] = inside ? Staged(x[(n * d.h + h) * row_elements + at]) : FromFloat<T>(0.f);
-      }
-      // Each element's row is computed again rather than kept from the
-      // loads: the kernel is at its 128-register cap, and 16 loads with
-      // their offsets kept spilled.
-#pragma unroll
-      for (int j = 0; j < kStageBatch; ++j) {
-        const int i = base + j * kThreads;
-        if (i >= count) break;
-        const int row = d.by_input_stride.Divide(i);
-        T* staged = ring + RingSlot(d, from + row) * d.input_stride + (i - row * d.input_stride);
-        staged[0] = values[j];
-        staged[d.span * d.input_stride] = values[j];
-      }
-    }
+    // The new rows as one run, each thread's loads in flight before its
+    // stores: copied row by row, 4 elements at a time, a block's first
+    // tile waited for the memory 14 times over (the stem's 7 rows).
+    StageRows<T, kThreads>(x, d, ring, n, from, max(top + d.span - from, 0), first);
     staged_column = column;
     staged_top = top;
     __syncthreads();
@@ -350,13 +279,24 @@ NarrowDims DimsOf(const ConvLayerProblem& problem, const DirectNarrowLayout& l,
   d.column_tiles = (d.q + tile_pixels - 1) / tile_pixels;
   d.tiles = d.n * d.column_tiles * d.p;
   d.by_input_stride = FastDivisor::Of(d.input_stride);
-  const int group_elements = 16 / static_cast<int>(DTypeSize(problem.dtype));
-  d.by_row_groups = FastDivisor::Of(d.weight_stride / group_elements);
+  d.by_row_groups =
+      FastDivisor::Of(d.weight_stride / (16 / static_cast<int>(DTypeSize(problem.dtype))));
   d.by_groups = FastDivisor::Of(d.groups);
   d.by_span = FastDivisor::Of(d.span);
   d.by_p = FastDivisor::Of(d.p);
   d.by_column_tiles = FastDivisor::Of(d.column_tiles);
   d.wrap_bias = (d.pad_h + d.span - 1) / d.span * d.span;
+  // Every input row starts on a 16-byte boundary where W*C is a multiple of
+  // a group (x is 16-byte aligned: binding checks it). A tile's staged rows
+  // start at element (q0 * stride_w - pad_w) * C, and q0 * stride_w * C (q0
+  // a multiple of 64) is a multiple of a group.
+  const int group = 16 / static_cast<int>(DTypeSize(problem.dtype));
+  const bool by_group = d.w * d.c % group == 0;
+  d.vector_phase = by_group ? ((-d.pad_w * d.c) % group + group) % group : -1;
+  d.row_chunks = by_group ? (d.vector_phase + d.input_stride + group - 1) / group : 1;
+  d.by_row_chunks = FastDivisor::Of(d.row_chunks);
+  d.by_row = FastDivisor::Of(d.row);
+  d.by_kernel = FastDivisor::Of(d.r * d.row);
   return d;
 }
 

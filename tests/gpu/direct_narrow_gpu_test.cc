@@ -147,6 +147,31 @@ TEST_F(DirectNarrowTest, TheStemMatchesTheReference) {
   }
 }
 
+// A tile's input rows are staged 16 bytes a load where every input row
+// starts on a 16-byte boundary (W*C a multiple of 16 bytes' elements),
+// element by element otherwise (narrow_staging.cuh): the stem at 224
+// columns (W*C = 672) the first way, at 221 (663) the second, at batch 1
+// and 3, every configuration.
+TEST_F(DirectNarrowTest, TheStemStagedBothWaysMatchesTheReference) {
+  std::mt19937_64 rng(13);
+  for (DType dtype : kDtypes) {
+    for (int64_t width : {224, 221}) {
+      for (int64_t batch : {1, 3}) {
+        LayerCase c = StemCase(batch, dtype);
+        c.width = width;
+        const double error = CheckLayer(Prepare(c, &rng), c.Describe());
+        std::printf("direct narrow %-60s N=%lld staged by %s: max relative L2 %.3e\n",
+                    c.Describe().c_str(), static_cast<long long>(batch),
+                    width * c.channels * static_cast<int64_t>(DTypeSize(dtype)) % 16 == 0
+                        ? "group"
+                        : "element",
+                    error);
+        if (HasFailure()) return;
+      }
+    }
+  }
+}
+
 // An infinity in the input reaches only the outputs whose windows hold it;
 // the padding elements of a fragment (past S*C) are masked, not multiplied
 // by their zero weights. Without an activation the reference gives
