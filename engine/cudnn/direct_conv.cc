@@ -259,7 +259,8 @@ std::string NarrowRejection(const ConvLayerProblem& problem) {
   return SizeRejection(problem);
 }
 
-// The tile sizes whose rows fit in shared memory, best guess first.
+// The tile sizes whose rows fit in shared memory, best guess first; the
+// 128-pixel tile also with warps of 16 pixels (after 32, as many blocks).
 std::vector<EngineConfigId> NarrowConfigs(const ConvLayerProblem& problem) {
   const int64_t rows = problem.output[0] * problem.output[2];
   const int64_t channel_tiles =
@@ -274,7 +275,11 @@ std::vector<EngineConfigId> NarrowConfigs(const ConvLayerProblem& problem) {
     id.engine = kDirectNarrowEngine;
     id.knobs = {{kDirectKnobTilePixels, pixels}};
     const int64_t tiles = rows * ((problem.output[3] + pixels - 1) / pixels) * channel_tiles;
-    configs.emplace_back(static_cast<double>(tiles), std::move(id));
+    configs.emplace_back(static_cast<double>(tiles), id);
+    if (pixels == 128) {
+      id.knobs.emplace_back(kDirectKnobWarpPixels, 16);
+      configs.emplace_back(static_cast<double>(tiles), std::move(id));
+    }
   }
   return NearestBlocksFirst(std::move(configs));
 }

@@ -65,7 +65,7 @@
 //
 // On the direct path an EngineConfigId names our engine and its knobs in our
 // own numbering ("direct:e0:k0=2,k1=16", "direct:e1:k2=64,k3=4",
-// "direct:e2:k4=128", "direct:e3:k5=2", "direct:e4:k2=64,k6=4,k7=3"). This file
+// "direct:e2:k4=128,k8=16", "direct:e3:k5=2", "direct:e4:k2=64,k6=4,k7=3"). This file
 // is the part that needs no GPU (which problems and configurations exist);
 // the kernels are in direct_conv_kernel.h.
 #ifndef CONVSERVE_ENGINE_CUDNN_DIRECT_CONV_H_
@@ -82,11 +82,12 @@
 namespace convserve {
 
 // The direct path's revision, in the plan store's policy key: raised with
-// each engine or configuration added (now 7: engines 0-4, engine 3's
-// output-channel slices and engine 4's split taps), so that engine choices
+// each engine or configuration added (now 8: engines 0-4, engine 3's
+// output-channel slices, engine 4's split taps and engine 2's warps of 16
+// pixels), so that engine choices
 // stored by an older server, which never raced the new ones, are searched
 // again.
-inline constexpr int kDirectPathRevision = 7;
+inline constexpr int kDirectPathRevision = 8;
 inline constexpr int64_t kDirectDepthwiseEngine = 0;
 inline constexpr int64_t kDirectKnobColumns = 0;
 inline constexpr int64_t kDirectKnobVectorBytes = 1;
@@ -103,6 +104,9 @@ inline constexpr int kDirectGemmMaxSplits = 8;
 inline constexpr int kDirectGemmComputeCapability = 90;
 inline constexpr int64_t kDirectNarrowEngine = 2;
 inline constexpr int64_t kDirectKnobTilePixels = 4;
+// Knob 8: the narrow GEMM's output pixels a warp, 32 (two m16 tiles; the
+// knob left out) or 16 (one; twice the warps a tile, for 128-pixel tiles).
+inline constexpr int64_t kDirectKnobWarpPixels = 8;
 // The shared memory one block of the direct engines may use (an H100's
 // opt-in limit), and an H100's shared memory per SM, 1 KiB of it reserved
 // for each block (for the configurations' best guess at blocks an SM).

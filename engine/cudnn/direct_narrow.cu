@@ -24,8 +24,9 @@
 //
 // A block owns 64 output channels (grid y) and keeps all their weights in
 // shared memory (float32 rounded to TF32 once, as the staged input is). A
-// warp computes 32 pixels (two m16 tiles) by the 64 channels and writes
-// them from its registers after bias, activation and one rounding. The
+// warp computes 32 pixels (two m16 tiles), or 16 (one, knob 8: twice the
+// warps a tile), by the 64 channels and writes them from its registers
+// after bias, activation and one rounding. The
 // copies of the weights and the input rows are in narrow_staging.cuh.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -53,7 +54,6 @@ using narrow::NarrowDims;
 using narrow::StageRows;
 
 constexpr int kChannels = static_cast<int>(kDirectNarrowTileChannels);
-constexpr int kWarpPixels = 32;
 // The kernels' activation: a kind fixed at compile time, or kAnyActivation
 // (the kind read at run time, for the rarer ones).
 constexpr int kAnyActivation = -1;
@@ -102,13 +102,16 @@ __device__ inline float Act(const Activation& activation, float x) {
 // 3 blocks of 4 warps an SM instead of 4.
 constexpr int kResidentWarps = 16;
 
-template <typename T, int kWarps, bool kAligned, int kActivation>
+// kWarpPixels: a warp's output pixels, 32 (two m16 tiles) or 16 (one).
+template <typename T, int kWarps, int kWarpPixels, bool kAligned, int kActivation>
 __global__ void __launch_bounds__(32 * kWarps, kResidentWarps / kWarps)
     NarrowGemm(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ bias,
                T* __restrict__ y, NarrowDims d, Activation activation) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   constexpr int kThreads = 32 * kWarps;
   constexpr int kTilePixels = kWarpPixels * kWarps;
+  constexpr int kTiles = kWarpPixels / 16;  // m16 tiles a warp
+  static_assert(kTiles == 1 || kTiles == 2, "one or two m16 tiles a warp");
   static_assert(kTilePixels % kGroup<T> == 0, "every tile's rows start at one group phase");
   constexpr int kG = kGroup<T>;
   extern __shared__ __align__(128) unsigned char shared[];
@@ -146,11 +149,11 @@ __global__ void __launch_bounds__(32 * kWarps, kResidentWarps / kWarps)
   }
 
   // This thread's fragment elements within a group: a pair at 2t (16-bit)
-  // or one at t (float), for pixel rows g and g + 8 of m16 tiles 0 and 1.
+  // or one at t (float), for pixel rows g and g + 8 of each m16 tile.
   const int lane_element = sizeof(T) == 4 ? t : 2 * t;
-  int a_offset[2][2];
+  int a_offset[kTiles][2];
 #pragma unroll
-  for (int m = 0; m < 2; ++m) {
+  for (int m = 0; m < kTiles; ++m) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       a_offset[m][h] = (warp * kWarpPixels + 16 * m + 8 * h + g) * d.pixel_step + lane_element;
@@ -199,10 +202,9 @@ __global__ void __launch_bounds__(32 * kWarps, kResidentWarps / kWarps)
 
     const int pixel0 = q0 + warp * kWarpPixels;
     if (pixel0 >= d.q) continue;
-    const bool second = pixel0 + 16 < d.q;  // m16 tile 1 has a pixel
-    float acc[2][kChannels / 8][4];
+    float acc[kTiles][kChannels / 8][4];
 #pragma unroll
-    for (int m = 0; m < 2; ++m) {
+    for (int m = 0; m < kTiles; ++m) {
 #pragma unroll
       for (int f = 0; f < kChannels / 8; ++f) {
 #pragma unroll
@@ -210,16 +212,17 @@ __global__ void __launch_bounds__(32 * kWarps, kResidentWarps / kWarps)
       }
     }
     const T* rows = ring + RingSlot(d, top) * d.input_stride;
-    // The steps for one or both m16 tiles, so the loop has no branch.
+    // The steps for the first m16 tiles (one, or both when the second has
+    // a pixel), so the loop has no branch.
     const auto steps = [&](auto tiles) {
-      constexpr int kTiles = decltype(tiles)::value;
+      constexpr int kUsed = decltype(tiles)::value;
       for (int step = 0; step < d.steps; ++step) {
         const int4 entry = table[step];
         const unsigned mask0 = ElementMask<T>(entry.z + lane_element, d.row);
         const unsigned mask1 = ElementMask<T>(entry.w + lane_element, d.row);
-        unsigned a[kTiles][4];
+        unsigned a[kUsed][4];
 #pragma unroll
-        for (int m = 0; m < kTiles; ++m) {
+        for (int m = 0; m < kUsed; ++m) {
           a[m][0] = LoadFragment<T, kAligned>(rows + entry.x + a_offset[m][0]) & mask0;
           a[m][1] = LoadFragment<T, kAligned>(rows + entry.x + a_offset[m][1]) & mask0;
           a[m][2] = LoadFragment<T, kAligned>(rows + entry.y + a_offset[m][0]) & mask1;
@@ -230,15 +233,15 @@ __global__ void __launch_bounds__(32 * kWarps, kResidentWarps / kWarps)
           unsigned b[4];
           LdMatrixX4(b, weights + b_offset[f] + step * 2 * kG);
 #pragma unroll
-          for (int m = 0; m < kTiles; ++m) {
+          for (int m = 0; m < kUsed; ++m) {
             Mma<T>(acc[m][2 * f], a[m], b[0], b[1]);
             Mma<T>(acc[m][2 * f + 1], a[m], b[2], b[3]);
           }
         }
       }
     };
-    if (second) {
-      steps(std::integral_constant<int, 2>());
+    if (kTiles == 2 && pixel0 + 16 < d.q) {
+      steps(std::integral_constant<int, kTiles>());
     } else {
       steps(std::integral_constant<int, 1>());
     }
@@ -247,7 +250,7 @@ __global__ void __launch_bounds__(32 * kWarps, kResidentWarps / kWarps)
     // 16m + g + 8 at channels 8f + 2t and 8f + 2t + 1.
     const int image_row = n * d.p + p;
 #pragma unroll
-    for (int m = 0; m < 2; ++m) {
+    for (int m = 0; m < kTiles; ++m) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int q = pixel0 + 16 * m + 8 * h + g;
@@ -300,12 +303,13 @@ NarrowDims DimsOf(const ConvLayerProblem& problem, const DirectNarrowLayout& l,
   return d;
 }
 
-template <typename T, int kWarps, bool kAligned, int kActivation>
+template <typename T, int kWarps, int kWarpPixels, bool kAligned, int kActivation>
 absl::Status Launch(const ConvLayerProblem& problem, const ConvLayerBuffers& b,
                     cudaStream_t stream) {
   constexpr int kThreads = 32 * kWarps;
-  const DirectNarrowLayout layout = DirectNarrowLayoutOf(problem, kWarpPixels * kWarps);
-  const NarrowDims d = DimsOf(problem, layout, kWarpPixels * kWarps);
+  constexpr int kTilePixels = kWarpPixels * kWarps;
+  const DirectNarrowLayout layout = DirectNarrowLayoutOf(problem, kTilePixels);
+  const NarrowDims d = DimsOf(problem, layout, kTilePixels);
   const int bytes = static_cast<int>(layout.shared_bytes);
   const int limit = CurrentDeviceAttribute(cudaDevAttrMaxSharedMemoryPerBlockOptin, 0);
   if (bytes > limit) {
@@ -313,7 +317,7 @@ absl::Status Launch(const ConvLayerProblem& problem, const ConvLayerBuffers& b,
                                                      " bytes of shared memory; this GPU has ",
                                                      limit, " per block"));
   }
-  const auto kernel = NarrowGemm<T, kWarps, kAligned, kActivation>;
+  const auto kernel = NarrowGemm<T, kWarps, kWarpPixels, kAligned, kActivation>;
   // A grid of the blocks that fit at once (by registers, shared memory and
   // threads), each taking a run of tiles, so each copies its weights once.
   // The shared memory (over the default 48 KiB) is opted into, and the
@@ -337,41 +341,44 @@ absl::Status Launch(const ConvLayerProblem& problem, const ConvLayerBuffers& b,
 
 // ReLU (clipped or leaky too) and identity, the common activations, are
 // compiled in; the rest are read at run time.
-template <typename T, int kWarps, bool kAligned>
+template <typename T, int kWarps, int kWarpPixels, bool kAligned>
 absl::Status DispatchActivation(const ConvLayerProblem& problem, const ConvLayerBuffers& b,
                                 cudaStream_t stream) {
+  constexpr int kRelu = static_cast<int>(ActivationKind::kRelu);
+  constexpr int kIdentity = static_cast<int>(ActivationKind::kIdentity);
   switch (problem.activation.kind) {
     case ActivationKind::kRelu:
-      return Launch<T, kWarps, kAligned, static_cast<int>(ActivationKind::kRelu)>(problem, b,
-                                                                                   stream);
+      return Launch<T, kWarps, kWarpPixels, kAligned, kRelu>(problem, b, stream);
     case ActivationKind::kIdentity:
-      return Launch<T, kWarps, kAligned, static_cast<int>(ActivationKind::kIdentity)>(problem, b,
-                                                                                       stream);
+      return Launch<T, kWarps, kWarpPixels, kAligned, kIdentity>(problem, b, stream);
     default:
-      return Launch<T, kWarps, kAligned, kAnyActivation>(problem, b, stream);
+      return Launch<T, kWarps, kWarpPixels, kAligned, kAnyActivation>(problem, b, stream);
   }
 }
 
 // 16-bit fragments load as 32 bits where every pixel's row starts at an
 // even element (stride_w*C even), else as two halves.
-template <typename T, int kWarps>
+template <typename T, int kWarps, int kWarpPixels>
 absl::Status DispatchAlignment(const ConvLayerProblem& problem, const ConvLayerBuffers& b,
                                cudaStream_t stream) {
   if constexpr (sizeof(T) == 4) {
-    return DispatchActivation<T, kWarps, true>(problem, b, stream);
+    return DispatchActivation<T, kWarps, kWarpPixels, true>(problem, b, stream);
   } else {
     if (problem.stride[1] * problem.input[1] % 2 == 0) {
-      return DispatchActivation<T, kWarps, true>(problem, b, stream);
+      return DispatchActivation<T, kWarps, kWarpPixels, true>(problem, b, stream);
     }
-    return DispatchActivation<T, kWarps, false>(problem, b, stream);
+    return DispatchActivation<T, kWarps, kWarpPixels, false>(problem, b, stream);
   }
 }
 
+// 128-pixel tiles in 4 warps of 32 pixels or 8 of 16, 64-pixel tiles in 2
+// of 32 (the configurations DirectConvConfigs lists).
 template <typename T>
 absl::Status DispatchTile(const ConvLayerProblem& problem, const ConvLayerBuffers& b,
-                          int64_t tile_pixels, cudaStream_t stream) {
-  if (tile_pixels == 128) return DispatchAlignment<T, 4>(problem, b, stream);
-  return DispatchAlignment<T, 2>(problem, b, stream);
+                          int64_t tile_pixels, int64_t warp_pixels, cudaStream_t stream) {
+  if (warp_pixels == 16) return DispatchAlignment<T, 8, 16>(problem, b, stream);
+  if (tile_pixels == 128) return DispatchAlignment<T, 4, 32>(problem, b, stream);
+  return DispatchAlignment<T, 2, 32>(problem, b, stream);
 }
 
 }  // namespace
@@ -379,7 +386,10 @@ absl::Status DispatchTile(const ConvLayerProblem& problem, const ConvLayerBuffer
 absl::Status LaunchDirectNarrow(const ConvLayerProblem& problem, const EngineConfigId& id,
                                 const ConvLayerBuffers& buffers, cudaStream_t stream) {
   const int64_t tile_pixels = DirectKnob(id, kDirectKnobTilePixels);
-  if (tile_pixels != 64 && tile_pixels != 128) {
+  const int64_t warp_pixels = DirectKnob(id, kDirectKnobWarpPixels);
+  const bool listed = (tile_pixels == 128 && (warp_pixels == 0 || warp_pixels == 16)) ||
+                      (tile_pixels == 64 && warp_pixels == 0);
+  if (!listed) {
     return absl::InvalidArgumentError(
         absl::StrCat(id.ToString(), " is not a configuration of the direct narrow GEMM"));
   }
@@ -390,11 +400,11 @@ absl::Status LaunchDirectNarrow(const ConvLayerProblem& problem, const EngineCon
   }
   switch (problem.dtype) {
     case DType::kFloat16:
-      return DispatchTile<__half>(problem, buffers, tile_pixels, stream);
+      return DispatchTile<__half>(problem, buffers, tile_pixels, warp_pixels, stream);
     case DType::kBFloat16:
-      return DispatchTile<__nv_bfloat16>(problem, buffers, tile_pixels, stream);
+      return DispatchTile<__nv_bfloat16>(problem, buffers, tile_pixels, warp_pixels, stream);
     case DType::kFloat32:
-      return DispatchTile<float>(problem, buffers, tile_pixels, stream);
+      return DispatchTile<float>(problem, buffers, tile_pixels, warp_pixels, stream);
   }
   return absl::InvalidArgumentError("the direct narrow GEMM: unknown dtype");
 }

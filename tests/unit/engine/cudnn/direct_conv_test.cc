@@ -235,9 +235,11 @@ TEST(DirectConvTest, ShortKernelRowsHaveTheNarrowGemm) {
   ConvLayerProblem p = Stem();
   EXPECT_TRUE(DirectPathApplies(p));
   EXPECT_EQ(DirectConvRejection(p), "");
-  // 112 rows of 32 images: 3584 or 7168 tiles, the fewest first.
-  EXPECT_EQ(DirectConfigNames(p),
-            (std::vector<std::string>{"direct:e2:k4=128", "direct:e2:k4=64"}));
+  // 112 rows of 32 images: 3584 or 7168 tiles, the fewest first; the
+  // 128-pixel tile also in warps of 16 pixels.
+  EXPECT_EQ(DirectConfigNames(p), (std::vector<std::string>{"direct:e2:k4=128",
+                                                            "direct:e2:k4=128,k8=16",
+                                                            "direct:e2:k4=64"}));
   // A kernel row reads 21 elements: three groups of 8 float16, 21 groups in
   // 11 steps; pixels 6 elements apart.
   DirectNarrowLayout l = DirectNarrowLayoutOf(p, 128);
@@ -319,6 +321,8 @@ TEST(DirectConvTest, TheNarrowGemmRefusesWhatItDoesNotRun) {
   EXPECT_NE(rejection(p).find("bytes of shared memory"), std::string::npos);
   EXPECT_NE(DirectConfigRejection(Stem(), ConfigId("direct:e2:k4=256")), "");
   EXPECT_NE(DirectConfigRejection(Stem(), ConfigId("direct:e2:k4=32")), "");
+  EXPECT_NE(DirectConfigRejection(Stem(), ConfigId("direct:e2:k4=64,k8=16")), "");
+  EXPECT_NE(DirectConfigRejection(Stem(), ConfigId("direct:e2:k4=128,k8=8")), "");
   EXPECT_NE(DirectConfigRejection(Stem(), ConfigId("direct:e1:k2=64,k3=1")), "");
 }
 
