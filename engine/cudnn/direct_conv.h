@@ -65,9 +65,9 @@
 //
 // On the direct path an EngineConfigId names our engine and its knobs in our
 // own numbering ("direct:e0:k0=2,k1=16", "direct:e1:k2=64,k3=4",
-// "direct:e2:k4=128,k8=16", "direct:e3:k5=2", "direct:e4:k2=64,k6=4,k7=3"). This file
-// is the part that needs no GPU (which problems and configurations exist);
-// the kernels are in direct_conv_kernel.h.
+// "direct:e2:k4=128,k8=16", "direct:e3:k5=2", "direct:e4:k2=64,k6=4,k7=3").
+// This file is the part that needs no GPU (which problems and
+// configurations exist); the kernels are in direct_conv_kernel.h.
 #ifndef CONVSERVE_ENGINE_CUDNN_DIRECT_CONV_H_
 #define CONVSERVE_ENGINE_CUDNN_DIRECT_CONV_H_
 
@@ -84,9 +84,8 @@ namespace convserve {
 // The direct path's revision, in the plan store's policy key: raised with
 // each engine or configuration added (now 8: engines 0-4, engine 3's
 // output-channel slices, engine 4's split taps and engine 2's warps of 16
-// pixels), so that engine choices
-// stored by an older server, which never raced the new ones, are searched
-// again.
+// pixels), so that engine choices stored by an older server, which never
+// raced the new ones, are searched again.
 inline constexpr int kDirectPathRevision = 8;
 inline constexpr int64_t kDirectDepthwiseEngine = 0;
 inline constexpr int64_t kDirectKnobColumns = 0;

@@ -26,8 +26,8 @@
 // shared memory (float32 rounded to TF32 once, as the staged input is). A
 // warp computes 32 pixels (two m16 tiles), or 16 (one, knob 8: twice the
 // warps a tile), by the 64 channels and writes them from its registers
-// after bias, activation and one rounding. The
-// copies of the weights and the input rows are in narrow_staging.cuh.
+// after bias, activation and one rounding. The copies of the weights and
+// the input rows are in narrow_staging.cuh.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -191,9 +191,6 @@ __global__ void __launch_bounds__(32 * kWarps, kResidentWarps / kWarps)
     const int from =
         column == staged_column ? max(top, min(staged_top + d.span, top + d.span)) : top;
     __syncthreads();  // no warp still reads the rows these replace (or the weights are in)
-    // The new rows as one run, each thread's loads in flight before its
-    // stores: copied row by row, 4 elements at a time, a block's first
-    // tile waited for the memory 14 times over (the stem's 7 rows).
     StageRows<T, kThreads>(x, d, ring, n, from, max(top + d.span - from, 0), first);
     staged_column = column;
     staged_top = top;
@@ -281,9 +278,9 @@ NarrowDims DimsOf(const ConvLayerProblem& problem, const DirectNarrowLayout& l,
   d.span = static_cast<int>(l.span);
   d.column_tiles = (d.q + tile_pixels - 1) / tile_pixels;
   d.tiles = d.n * d.column_tiles * d.p;
+  const int group = 16 / static_cast<int>(DTypeSize(problem.dtype));
   d.by_input_stride = FastDivisor::Of(d.input_stride);
-  d.by_row_groups =
-      FastDivisor::Of(d.weight_stride / (16 / static_cast<int>(DTypeSize(problem.dtype))));
+  d.by_row_groups = FastDivisor::Of(d.weight_stride / group);
   d.by_groups = FastDivisor::Of(d.groups);
   d.by_span = FastDivisor::Of(d.span);
   d.by_p = FastDivisor::Of(d.p);
@@ -293,11 +290,10 @@ NarrowDims DimsOf(const ConvLayerProblem& problem, const DirectNarrowLayout& l,
   // a group (x is 16-byte aligned: binding checks it). A tile's staged rows
   // start at element (q0 * stride_w - pad_w) * C, and q0 * stride_w * C (q0
   // a multiple of 64) is a multiple of a group.
-  const int group = 16 / static_cast<int>(DTypeSize(problem.dtype));
   const bool by_group = d.w * d.c % group == 0;
   d.vector_phase = by_group ? ((-d.pad_w * d.c) % group + group) % group : -1;
-  d.row_chunks = by_group ? (d.vector_phase + d.input_stride + group - 1) / group : 1;
-  d.by_row_chunks = FastDivisor::Of(d.row_chunks);
+  d.staged_groups = by_group ? (d.vector_phase + d.input_stride + group - 1) / group : 1;
+  d.by_staged_groups = FastDivisor::Of(d.staged_groups);
   d.by_row = FastDivisor::Of(d.row);
   d.by_kernel = FastDivisor::Of(d.r * d.row);
   return d;

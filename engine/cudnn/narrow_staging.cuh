@@ -28,18 +28,18 @@ struct NarrowDims : DirectConvDims {
   int tiles;         // n * column_tiles * p
   // The divisions of the kernel's copy loops and tile order, by sizes fixed
   // at launch: input_stride, weight_stride / kGroup (row_groups), groups,
-  // span, p, column_tiles, row_chunks, row and R * row (a kernel row's and
+  // span, p, column_tiles, staged_groups, row and R * row (a kernel row's and
   // a channel's weights). Divided at run time they cost about 20
   // instructions each, several per staged element.
   FastDivisor by_input_stride, by_row_groups, by_groups, by_span, by_p, by_column_tiles,
-      by_row_chunks, by_row, by_kernel;
+      by_staged_groups, by_row, by_kernel;
   // A multiple of span at least pad_h, so an input row plus it is >= 0.
   int wrap_bias;
   // Where input rows start on 16-byte boundaries (W*C a multiple of a
-  // group): every tile's staged rows start `vector_phase` elements
-  // past a group's start, and span `row_chunks` groups of the input row.
-  // -1 otherwise: staged element by element.
-  int vector_phase, row_chunks;
+  // group): every tile's staged rows start `vector_phase` elements past a
+  // group's start and span `staged_groups` groups of the input row. -1
+  // otherwise: staged element by element.
+  int vector_phase, staged_groups;
 };
 
 // The value a staged element holds: float32 rounded to TF32 (to nearest,
@@ -232,7 +232,7 @@ template <typename T, int kThreads>
 __device__ inline void StageByGroup(const T* x, const NarrowDims& d, T* ring, int n, int from,
                                     int rows, int first) {
   constexpr int kG = kGroup<T>;
-  const int row_elements = d.w * d.c, count = rows * d.row_chunks;
+  const int row_elements = d.w * d.c, count = rows * d.staged_groups;
   const int group0 = first - d.vector_phase;  // a multiple of kG
   const int turn = (threadIdx.x & 31) >> 3;
   for (int base = threadIdx.x; base < count; base += kStageBatch * kThreads) {
@@ -240,8 +240,8 @@ __device__ inline void StageByGroup(const T* x, const NarrowDims& d, T* ring, in
 #pragma unroll
     for (int j = 0; j < kStageBatch; ++j) {
       const int i = base + j * kThreads;
-      const int row = d.by_row_chunks.Divide(i);
-      const int h = from + row, at = group0 + (i - row * d.row_chunks) * kG;
+      const int row = d.by_staged_groups.Divide(i);
+      const int h = from + row, at = group0 + (i - row * d.staged_groups) * kG;
       const bool inside = i < count && h >= 0 && h < d.h && at >= 0 && at < row_elements;
       values[j] = inside ? __ldg(reinterpret_cast<const uint4*>(x + (n * d.h + h) * row_elements +
                                                                 at))
@@ -251,14 +251,16 @@ __device__ inline void StageByGroup(const T* x, const NarrowDims& d, T* ring, in
     for (int j = 0; j < kStageBatch; ++j) {
       const int i = base + j * kThreads;
       if (i >= count) break;
-      const int row = d.by_row_chunks.Divide(i);
+      const int row = d.by_staged_groups.Divide(i);
       StoreGroup<T>(values[j], ring + RingSlot(d, from + row) * d.input_stride,
-                    (i - row * d.row_chunks) * kG - d.vector_phase, d.input_stride,
+                    (i - row * d.staged_groups) * kG - d.vector_phase, d.input_stride,
                     d.span * d.input_stride, turn);
     }
   }
 }
 
+// A tile's new input rows into the ring: by group where every row starts
+// on one (d.vector_phase >= 0), else by element.
 template <typename T, int kThreads>
 __device__ inline void StageRows(const T* x, const NarrowDims& d, T* ring, int n, int from,
                                  int rows, int first) {
