@@ -324,9 +324,10 @@ absl::Status Launch(const ConvLayerProblem& problem, const ConvLayerBuffers& b,
   const int channel_tiles = (d.k + kChannels - 1) / kChannels;
   const int blocks = std::min(d.tiles, std::max(1, sms * resident / channel_tiles));
   // Not spread one block an SM (SpreadSharedBytes): at batch 1 the stem
-  // (98 blocks) took 8.33 us spread against 7.50, 14.6 against 12.8 in
-  // float32 (an H200, host BS), likely because fewer of the next launch's
-  // blocks then copy their weights, element by element, before the wait.
+  // (112 blocks) took 8.33 us spread against 7.50, 14.6 against 12.8 in
+  // float32 (an H200, host BS, when every dtype copied its weights element
+  // by element), likely because fewer of the next launch's blocks then
+  // copied their weights before the wait.
   CUDA_RETURN_IF_ERROR(LaunchDependent(
       kernel, dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(channel_tiles)),
       dim3(kThreads), static_cast<size_t>(bytes), stream, static_cast<const T*>(b.x),

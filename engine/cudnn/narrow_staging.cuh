@@ -64,12 +64,13 @@ __device__ inline int RingSlot(const NarrowDims& d, int h) {
 // Loads a thread has in flight before it stores them, when staging.
 constexpr int kStageBatch = 8;
 
-// One 16-byte store a group of the layout: group i of channel c holds
-// kernel row i / groups, elements (i % groups) * kGroup on, each loaded on
-// its own (4 groups in flight).
+// 16-bit weights, one 16-byte store a group of the layout: group i of
+// channel c holds kernel row i / groups, elements (i % groups) * kGroup on,
+// each loaded on its own (4 groups in flight).
 template <typename T, int kChannels, int kThreads>
 __device__ inline void CopyWeightsByElement(const T* w, const NarrowDims& d, T* weights,
                                             int channel0) {
+  static_assert(sizeof(T) == 2, "float32 weights are copied by group");
   constexpr int kG = kGroup<T>;
   const int row_groups = d.weight_stride / kG;
 #pragma unroll 4
@@ -84,7 +85,7 @@ __device__ inline void CopyWeightsByElement(const T* w, const NarrowDims& d, T* 
     } values;
 #pragma unroll
     for (int e = 0; e < kG; ++e) {
-      values.v[e] = real && first + e < d.row ? Staged(source[e]) : FromFloat<T>(0.f);
+      values.v[e] = real && first + e < d.row ? source[e] : FromFloat<T>(0.f);
     }
     *reinterpret_cast<uint4*>(weights + i * kG) = values.bits;
   }
