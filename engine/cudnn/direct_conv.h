@@ -82,11 +82,12 @@
 namespace convserve {
 
 // The direct path's revision, in the plan store's policy key: raised with
-// each engine or configuration added (now 8: engines 0-4, engine 3's
-// output-channel slices, engine 4's split taps and engine 2's warps of 16
-// pixels), so that engine choices stored by an older server, which never
-// raced the new ones, are searched again.
-inline constexpr int kDirectPathRevision = 8;
+// each engine or configuration added, or an engine made faster (now 9:
+// engines 0-4, engine 3's output-channel slices, engine 4's split taps,
+// engine 2's warps of 16 pixels and engine 1's cluster mailbox), so that
+// engine choices stored by an older server, which never raced the new ones,
+// are searched again.
+inline constexpr int kDirectPathRevision = 9;
 inline constexpr int64_t kDirectDepthwiseEngine = 0;
 inline constexpr int64_t kDirectKnobColumns = 0;
 inline constexpr int64_t kDirectKnobVectorBytes = 1;

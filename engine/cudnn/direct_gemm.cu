@@ -29,20 +29,18 @@
 // add their sums in shared memory at the end.
 //
 // A cluster of `splits` blocks (grid z) shares one output tile, each block
-// taking a contiguous part of the reduction. After a cluster barrier block z
-// adds the 64/splits rows it owns from every block's shared memory
-// (distributed shared memory), applies bias and activation, rounds once and
-// writes Y; a second barrier keeps each block's shared memory alive until
-// all have read it.
-#include <cooperative_groups.h>
+// taking a contiguous part of the reduction. Block z owns 64/splits of the
+// tile's rows: every block sends it its sums of those rows
+// (cluster_mailbox.cuh), and it adds them, applies bias and activation,
+// rounds once and writes Y.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
 #include "absl/strings/str_cat.h"
+#include "engine/cudnn/cluster_mailbox.cuh"
 #include "engine/cudnn/cudnn_status.h"
 #include "engine/cudnn/dependent_launch.h"
 #include "engine/cudnn/direct_conv.h"
@@ -54,8 +52,6 @@
 
 namespace convserve {
 namespace {
-
-namespace cg = cooperative_groups;
 
 constexpr int kGroupWarps = 4;
 constexpr int kGroupThreads = 32 * kGroupWarps;
@@ -113,11 +109,19 @@ constexpr int kPartialStride = kTileChannels + 8;
 template <int kTileChannels>
 constexpr int kPartialFloats = kTilePixels * kPartialStride<kTileChannels>;
 
+// The stages, which the groups' partial sums overwrite; split (`splits` >
+// 1), then the mailbox: a tile of sums, block r's rows at r * 64 / splits,
+// and its barrier.
 template <typename T, int kTileChannels>
-constexpr size_t SharedBytes() {
+__host__ __device__ constexpr size_t StageBytes() {
   const size_t stages = size_t{kStages} * kGroups * kStepElements<T, kTileChannels> * sizeof(T);
   const size_t partial = size_t{kGroups} * kPartialFloats<kTileChannels> * sizeof(float);
-  return std::max(stages, partial);
+  return stages > partial ? stages : partial;
+}
+template <typename T, int kTileChannels>
+constexpr size_t SharedBytes(int splits) {
+  const size_t mailbox = kPartialFloats<kTileChannels> * sizeof(float) + sizeof(uint64_t);
+  return StageBytes<T, kTileChannels>() + (splits > 1 ? mailbox : 0);
 }
 
 // Bias plus activation, rounded, for output channels `channel` and
@@ -135,11 +139,12 @@ __device__ inline void StorePair(T* y, const T* bias, const Activation& activati
 
 // The output of rows [row_begin, row_end) of a tile, by all the block's
 // threads: for each element the sum of this block's groups' partial sums
-// (splits == 1), or of every cluster block's group sums, read through
-// distributed shared memory; then bias, activation and one rounding.
+// (splits == 1), or of the sums every cluster block sent it (`partial` is
+// then the mailbox, block r's rows at r * (row_end - row_begin)); then bias,
+// activation and one rounding.
 template <typename T, int kTileChannels>
 struct TileOutput {
-  const float* partial;  // this block's, in shared memory
+  const float* partial;  // in this block's shared memory
   T* y;
   const T* bias;
   const Activation& activation;
@@ -165,21 +170,14 @@ struct TileOutput {
           sum.y += part.y;
         }
       } else {
-        // Every block's loads issued before any is waited on.
-        cg::cluster_group cluster = cg::this_cluster();
-        float2 parts[kDirectGemmMaxSplits];
+        const int per_block = (row_end - row_begin) * kPartialStride<kTileChannels>;
+        const float* mine = partial + (row - row_begin) * kPartialStride<kTileChannels> + column;
 #pragma unroll
         for (int rank = 0; rank < kDirectGemmMaxSplits; ++rank) {
           if (rank < splits) {
-            parts[rank] = *reinterpret_cast<const float2*>(
-                cluster.map_shared_rank(partial + offset, static_cast<unsigned>(rank)));
-          }
-        }
-#pragma unroll
-        for (int rank = 0; rank < kDirectGemmMaxSplits; ++rank) {
-          if (rank < splits) {
-            sum.x += parts[rank].x;
-            sum.y += parts[rank].y;
+            const float2 part = *reinterpret_cast<const float2*>(mine + rank * per_block);
+            sum.x += part.x;
+            sum.y += part.y;
           }
         }
       }
@@ -207,6 +205,15 @@ __global__ void __launch_bounds__(kThreads)
   const int chunk_begin = static_cast<int>((int64_t{d.chunks} * split) >> split_shift);
   const int chunk_end = static_cast<int>((int64_t{d.chunks} * (split + 1)) >> split_shift);
   const int stage_count = (chunk_end - chunk_begin + kGroups - 1) / kGroups;
+  constexpr int kTileFloats = kPartialFloats<kTileChannels>;
+  // The tile's rows each block owns: 1 << row_shift.
+  const int row_shift = __ffs(kTilePixels) - 1 - split_shift, rows = 1 << row_shift;
+  float* const mailbox = reinterpret_cast<float*>(shared + StageBytes<T, kTileChannels>());
+  uint64_t* const mail_barrier = reinterpret_cast<uint64_t*>(mailbox + kTileFloats);
+  if (splits > 1) {
+    OpenMailbox(mail_barrier, static_cast<unsigned>((kTileFloats - kTileFloats / splits) *
+                                                    sizeof(float)));
+  }
 
   // The rows this thread copies for its group, each at segment `segment`:
   // input pixels (their image's first row, and the top-left input position
@@ -387,28 +394,35 @@ __global__ void __launch_bounds__(kThreads)
                                                       channel0, 0, kTilePixels, 1});
     return;
   }
-  // The groups' sum into group 0's array, which the cluster then reads.
-  static_assert(kPartialFloats<kTileChannels> % 4 == 0, "float4 sums");
-  for (int e = 4 * threadIdx.x; e < kPartialFloats<kTileChannels>; e += 4 * kThreads) {
+  // The groups' sums, each row's to the mailbox of the block that owns it,
+  // at this block's place there (padding columns too: whole rows, as the
+  // mailbox counts them).
+  static_assert(kTileFloats % 4 == 0, "float4 sums");
+  AwaitPeerMailboxes();
+  const int owned = rows * kPartialStride<kTileChannels>;  // floats
+  for (int e = 4 * threadIdx.x; e < kTileFloats; e += 4 * kThreads) {
     float4 sum = *reinterpret_cast<const float4*>(partial + e);
 #pragma unroll
     for (int other = 1; other < kGroups; ++other) {
-      const float4 part =
-          *reinterpret_cast<const float4*>(partial + other * kPartialFloats<kTileChannels> + e);
+      const float4 part = *reinterpret_cast<const float4*>(partial + other * kTileFloats + e);
       sum.x += part.x;
       sum.y += part.y;
       sum.z += part.z;
       sum.w += part.w;
     }
-    *reinterpret_cast<float4*>(partial + e) = sum;
+    const int owner = (e / kPartialStride<kTileChannels>) >> row_shift;
+    float* const slot = mailbox + split * owned + (e - owner * owned);
+    if (owner == split) {
+      *reinterpret_cast<float4*>(slot) = sum;
+    } else {
+      SendToPeer(sum, slot, mail_barrier, static_cast<unsigned>(owner));
+    }
   }
-  cg::cluster_group cluster = cg::this_cluster();
-  cluster.sync();  // every block's sums are in
-  const int rows = kTilePixels >> split_shift;
-  WithKind(activation, TileOutput<T, kTileChannels>{partial, y, bias, activation, d, pixel0,
+  __syncthreads();  // this block's own rows are in
+  AwaitMail(mail_barrier);
+  WithKind(activation, TileOutput<T, kTileChannels>{mailbox, y, bias, activation, d, pixel0,
                                                     channel0, split * rows, (split + 1) * rows,
                                                     splits});
-  cluster.sync();  // no block leaves while another reads its shared memory
 #endif
 }
 
@@ -435,7 +449,7 @@ absl::Status Launch(const ConvLayerProblem& problem, const ConvLayerBuffers& b, 
                         static_cast<unsigned>((d.k + kTileChannels - 1) / kTileChannels),
                         static_cast<unsigned>(splits));
   config.blockDim = dim3(kThreads);
-  config.dynamicSmemBytes = SharedBytes<T, kTileChannels>();
+  config.dynamicSmemBytes = SharedBytes<T, kTileChannels>(splits);
   // Over the default 48 KiB: opted into once (PrepareKernel).
   RETURN_IF_ERROR(PrepareKernel(reinterpret_cast<const void*>(kernel), kThreads,
                                 static_cast<int>(config.dynamicSmemBytes))
