@@ -3,16 +3,16 @@
 //
 // cooperative_groups' cluster.sync() releases at cluster scope, which an H100
 // runs as MEMBAR.ALL.GPU: a block waits there until all its earlier memory
-// operations are done at GPU scope, its output stores included. In the
-// implicit GEMM's split reduction (3x3 512 @ 7, batch 1, float16) the two
-// syncs that fenced it held 28% of the warps' stall samples (Nsight Compute,
-// host CG). A mailbox replaces both: each block has a transaction barrier
-// (mbarrier) told how many bytes its peers will send; they send them with
-// st.async, whose bytes count down that barrier as they land, so the owner
-// waits for exactly its data and a sender never waits for anything after
-// its stores. The one cluster barrier left is relaxed, arrived at when the
-// kernel starts and waited on before the first send: every peer's barrier
-// is set up by then.
+// operations are done at GPU scope, its output stores and copies in flight
+// included. In the implicit GEMM's split reduction (3x3 512 @ 7, batch 1,
+// float16) the two syncs that fenced it held 28% of the warps' stall samples
+// (Nsight Compute, host CG). A mailbox replaces them: a block's transaction
+// barrier (mbarrier) is told how many bytes its peers will send; they send
+// them with st.async, whose bytes count the barrier down as they land, so
+// the owner waits for exactly its data and a sender never waits for
+// anything after its stores. The one cluster barrier left is relaxed,
+// arrived at when the kernel starts and waited on before the first send:
+// every peer's barrier is set up by then.
 #ifndef CONVSERVE_ENGINE_CUDNN_CLUSTER_MAILBOX_CUH_
 #define CONVSERVE_ENGINE_CUDNN_CLUSTER_MAILBOX_CUH_
 
@@ -22,24 +22,36 @@ namespace convserve {
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 
-// This block's mailbox: the barrier (8-byte aligned shared memory) expects
-// `bytes` from its peers; then every thread arrives at the cluster barrier,
-// relaxed. Called by every thread of every block of the cluster, once, with
-// the same `bytes` within a block.
-__device__ inline void OpenMailbox(uint64_t* barrier, unsigned bytes) {
-  const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(barrier));
-  if (threadIdx.x == 0) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(address) : "memory");
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(address),
-                 "r"(bytes)
-                 : "memory");
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-  }
-  asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
+__device__ inline unsigned SharedAddress(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+// The address of `local`'s counterpart in block `rank`'s shared memory.
+__device__ inline unsigned PeerAddress(const void* local, unsigned rank) {
+  unsigned remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n"
+               : "=r"(remote)
+               : "r"(SharedAddress(local)), "r"(rank));
+  return remote;
 }
 
-// Every peer's mailbox is open: call once, by every thread, before the
-// first SendToPeer.
+// Thread 0 only. A mailbox: a barrier (8-byte aligned shared memory) whose
+// first phase completes when `bytes` have landed.
+__device__ inline void InitMailbox(uint64_t* barrier, unsigned bytes) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(SharedAddress(barrier))
+               : "memory");
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(
+                   SharedAddress(barrier)),
+               "r"(bytes)
+               : "memory");
+}
+// Every thread of every block of the cluster, once, after its block's
+// InitMailbox: the barrier is set up, as seen from the peers once they
+// have passed AwaitPeerMailboxes; arrives at the cluster barrier, relaxed.
+__device__ inline void AnnounceMailboxes() {
+  if (threadIdx.x == 0) asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
+}
+// Every thread, once, before its block first sends to a peer.
 __device__ inline void AwaitPeerMailboxes() {
   asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");
 }
@@ -49,35 +61,29 @@ __device__ inline void AwaitPeerMailboxes() {
 // offset in each block). `local` is 16-byte aligned.
 __device__ inline void SendToPeer(const float4& value, const float* local, uint64_t* barrier,
                                   unsigned rank) {
-  unsigned remote, remote_barrier;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n"
-               : "=r"(remote)
-               : "r"(static_cast<unsigned>(__cvta_generic_to_shared(local))), "r"(rank));
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n"
-               : "=r"(remote_barrier)
-               : "r"(static_cast<unsigned>(__cvta_generic_to_shared(barrier))), "r"(rank));
   asm volatile(
       "st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], {%1, %2, %3, %4}, "
-      "[%5];\n" ::"r"(remote),
+      "[%5];\n" ::"r"(PeerAddress(local, rank)),
       "r"(__float_as_uint(value.x)), "r"(__float_as_uint(value.y)),
-      "r"(__float_as_uint(value.z)), "r"(__float_as_uint(value.w)), "r"(remote_barrier)
+      "r"(__float_as_uint(value.z)), "r"(__float_as_uint(value.w)),
+      "r"(PeerAddress(barrier, rank))
       : "memory");
 }
 
-// Waits until every byte this block's mailbox expects has landed; the bytes
-// are then visible to the calling thread.
-__device__ inline void AwaitMail(uint64_t* barrier) {
-  const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(barrier));
+// Waits until the phase of `barrier` with parity `parity` (phase i has
+// parity i % 2) is complete: for a mailbox, its bytes have landed and are
+// visible to the calling thread.
+__device__ inline void AwaitMail(uint64_t* barrier, unsigned parity) {
   unsigned done = 0;
   while (!done) {
     asm volatile(
         "{\n"
         ".reg .pred p;\n"
-        "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], 0;\n"
+        "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
         "selp.u32 %0, 1, 0, p;\n"
         "}\n"
         : "=r"(done)
-        : "r"(address)
+        : "r"(SharedAddress(barrier)), "r"(parity)
         : "memory");
   }
 }

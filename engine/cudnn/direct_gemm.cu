@@ -211,8 +211,11 @@ __global__ void __launch_bounds__(kThreads)
   float* const mailbox = reinterpret_cast<float*>(shared + StageBytes<T, kTileChannels>());
   uint64_t* const mail_barrier = reinterpret_cast<uint64_t*>(mailbox + kTileFloats);
   if (splits > 1) {
-    OpenMailbox(mail_barrier, static_cast<unsigned>((kTileFloats - kTileFloats / splits) *
-                                                    sizeof(float)));
+    if (threadIdx.x == 0) {
+      InitMailbox(mail_barrier,
+                  static_cast<unsigned>((kTileFloats - kTileFloats / splits) * sizeof(float)));
+    }
+    AnnounceMailboxes();
   }
 
   // The rows this thread copies for its group, each at segment `segment`:
@@ -419,7 +422,7 @@ __global__ void __launch_bounds__(kThreads)
     }
   }
   __syncthreads();  // this block's own rows are in
-  AwaitMail(mail_barrier);
+  AwaitMail(mail_barrier, 0);
   WithKind(activation, TileOutput<T, kTileChannels>{mailbox, y, bias, activation, d, pixel0,
                                                     channel0, split * rows, (split + 1) * rows,
                                                     splits});

@@ -42,14 +42,12 @@ struct NarrowDims : DirectConvDims {
   int vector_phase, staged_groups;
 };
 
-// The value a staged element holds: float32 rounded to TF32 (to nearest,
-// ties away), the 16-bit types as they are.
+// The value a staged element holds: float32 rounded to TF32 (Tf32Bits),
+// the 16-bit types as they are.
 template <typename T>
 __device__ inline T Staged(T v) {
   if constexpr (std::is_same_v<T, float>) {
-    unsigned bits;
-    asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(bits) : "f"(v));
-    return __uint_as_float(bits);
+    return __uint_as_float(Tf32Bits(v));
   } else {
     return v;
   }

@@ -53,16 +53,14 @@ __device__ inline void Mma<float>(float (&c)[4], const unsigned (&a)[4], unsigne
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// For float, a fragment's four values rounded to TF32 (to nearest, ties
-// away: cvt.rna), where mma would otherwise drop their low 13 bits; the
-// 16-bit types' fragments are left as they are.
+// For float, a fragment's four values rounded to TF32 (Tf32Bits), where
+// mma would otherwise drop their low 13 bits; the 16-bit types' fragments
+// are left as they are.
 template <typename T>
 __device__ inline void RoundToTf32(unsigned (&r)[4]) {
   if constexpr (std::is_same_v<T, float>) {
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r[i]) : "f"(__uint_as_float(r[i])));
-    }
+    for (int i = 0; i < 4; ++i) r[i] = Tf32Bits(__uint_as_float(r[i]));
   }
 }
 
