@@ -110,8 +110,8 @@ template <int kTileChannels>
 constexpr int kPartialFloats = kTilePixels * kPartialStride<kTileChannels>;
 
 // The stages, which the groups' partial sums overwrite; split (`splits` >
-// 1), then the mailbox: a tile of sums, block r's rows at r * 64 / splits,
-// and its barrier.
+// 1), then the mailbox: a tile of sums, those cluster block r sent from
+// row r * 64 / splits on, and its barrier.
 template <typename T, int kTileChannels>
 __host__ __device__ constexpr size_t StageBytes() {
   const size_t stages = size_t{kStages} * kGroups * kStepElements<T, kTileChannels> * sizeof(T);
@@ -140,8 +140,8 @@ __device__ inline void StorePair(T* y, const T* bias, const Activation& activati
 // The output of rows [row_begin, row_end) of a tile, by all the block's
 // threads: for each element the sum of this block's groups' partial sums
 // (splits == 1), or of the sums every cluster block sent it (`partial` is
-// then the mailbox, block r's rows at r * (row_end - row_begin)); then bias,
-// activation and one rounding.
+// then the mailbox, block r's from row r * (row_end - row_begin) on); then
+// bias, activation and one rounding.
 template <typename T, int kTileChannels>
 struct TileOutput {
   const float* partial;  // in this block's shared memory
