@@ -58,6 +58,7 @@ constexpr int kGroupThreads = 32 * kGroupWarps;
 constexpr int kGroups = 4;
 constexpr int kThreads = kGroups * kGroupThreads;
 constexpr int kTilePixels = static_cast<int>(kDirectGemmTilePixels);
+constexpr int kTileShift = 6;  // log2(kTilePixels)
 constexpr int kStages = 4;
 // A step's row (of one pixel or one output channel): its elements, and its
 // 16-byte segments; two MMAs of 32 bytes of the reduction each.
@@ -69,6 +70,7 @@ constexpr int kSegmentElements = 16 / static_cast<int>(sizeof(T));
 constexpr int kSegments = static_cast<int>(kDirectGemmChunkBytes) / 16;
 [[maybe_unused]] constexpr int kMmaSteps = kSegments / 2;
 static_assert(kTilePixels == 16 * kGroupWarps, "a warp owns 16 pixel rows");
+static_assert(kTilePixels == 1 << kTileShift, "kTileShift");
 static_assert(kSegments == 4, "the swizzle spreads 4 segments over the banks");
 
 // The layer's sizes and the GEMM's.
@@ -207,7 +209,7 @@ __global__ void __launch_bounds__(kThreads)
   const int stage_count = (chunk_end - chunk_begin + kGroups - 1) / kGroups;
   constexpr int kTileFloats = kPartialFloats<kTileChannels>;
   // The tile's rows each block owns: 1 << row_shift.
-  const int row_shift = __ffs(kTilePixels) - 1 - split_shift, rows = 1 << row_shift;
+  const int row_shift = kTileShift - split_shift, rows = 1 << row_shift;
   float* const mailbox = reinterpret_cast<float*>(shared + StageBytes<T, kTileChannels>());
   uint64_t* const mail_barrier = reinterpret_cast<uint64_t*>(mailbox + kTileFloats);
   if (splits > 1) {
