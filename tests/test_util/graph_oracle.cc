@@ -14,26 +14,11 @@
 #include "client/convserve_client.h"
 #include "engine/graph.h"
 #include "server/proto_convert.h"
+#include "tests/test_util/for_each_on_threads.h"
 #include "tests/test_util/naive_conv.h"
 
 namespace convserve {
 namespace {
-
-// Runs `work(i)` for i in [0, count) on `threads` threads, each taking the
-// next index when it is done with one, so slow items do not hold up a
-// statically assigned share.
-template <typename Work>
-void ForEachOnThreads(size_t count, int threads, const Work& work) {
-  std::atomic<size_t> next{0};
-  std::vector<std::thread> pool;
-  const int used = std::max(1, std::min<int>(threads, static_cast<int>(count)));
-  for (int t = 0; t < used; ++t) {
-    pool.emplace_back([&] {
-      for (size_t i = next++; i < count; i = next++) work(i);
-    });
-  }
-  for (std::thread& thread : pool) thread.join();
-}
 
 absl::StatusOr<OracleReference> ComputeReference(const RandomGraphCase& graph_case) {
   v1::GraphDef copy = graph_case.graph;
@@ -45,7 +30,8 @@ absl::StatusOr<OracleReference> ComputeReference(const RandomGraphCase& graph_ca
   if (!shapes.ok()) return shapes;
   OracleReference reference;
   reference.values =
-      NaiveForward(**graph, graph_case.input_shape, graph_case.input, &reference.shape);
+      NaiveForward(**graph, graph_case.input_shape, graph_case.input, &reference.shape,
+                   /*threads=*/1);
   return reference;
 }
 

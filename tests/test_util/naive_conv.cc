@@ -5,6 +5,8 @@
 #include <limits>
 #include <string>
 
+#include "tests/test_util/for_each_on_threads.h"
+
 namespace convserve {
 namespace {
 
@@ -79,7 +81,7 @@ std::vector<double> DecodeToDouble(DType dtype, const std::string& bytes) {
 }
 
 std::vector<double> NaiveForward(const Graph& graph, const Shape& input_shape,
-                                 const std::string& input, Shape* output_shape) {
+                                 const std::string& input, Shape* output_shape, int threads) {
   const GraphSpec& spec = graph.spec();
   const bool channels_last = IsChannelsLast(spec.layout);
   const size_t rank = spec.spatial_rank;
@@ -103,36 +105,38 @@ std::vector<double> NaiveForward(const Graph& graph, const Shape& input_shape,
     std::vector<double> out(NumElements(out_shape));
     const std::vector<int64_t> out_extent(out_shape.begin() + 2, out_shape.end());
     const std::vector<int64_t> kernel_extent(layer.kernel_size.begin(), layer.kernel_size.end());
-    for (int64_t n = 0; n < out_shape[0]; ++n) {
-      for (int64_t k = 0; k < out_shape[1]; ++k) {
-        const int64_t group = k / k_per_group;
-        // Index vectors live outside the tap loop: allocating them per tap
-        // made the reference several times slower than the arithmetic.
-        std::vector<int64_t> o(rank, 0);
-        std::vector<int64_t> t(rank);
-        std::vector<int64_t> at(rank);
-        do {
-          double acc = 0;
-          for (int64_t c = 0; c < cin_per_group; ++c) {
-            std::fill(t.begin(), t.end(), 0);
-            do {
-              bool inside = true;
-              for (size_t d = 0; d < rank; ++d) {
-                at[d] = o[d] * layer.stride[d] - layer.pad_before[d] + t[d] * layer.dilation[d];
-                inside = inside && at[d] >= 0 && at[d] < in_shape[2 + d];
-              }
-              if (!inside) continue;
-              const double x =
-                  current[Offset(in_shape, channels_last, n, group * cin_per_group + c, at)];
-              const double w = weights[Offset(weight_shape, channels_last, k, c, t)];
-              acc += x * w;
-            } while (Next(&t, kernel_extent));
-          }
-          out[Offset(out_shape, channels_last, n, k, o)] =
-              NaiveActivation(layer.activation, acc + bias[k]);
-        } while (Next(&o, out_extent));
-      }
-    }
+    // Each (n, k) writes its own outputs: they run on `threads` threads.
+    const int64_t out_channels = out_shape[1];
+    ForEachOnThreads(out_shape[0] * out_channels, threads, [&](size_t item) {
+      const int64_t n = static_cast<int64_t>(item) / out_channels;
+      const int64_t k = static_cast<int64_t>(item) % out_channels;
+      const int64_t group = k / k_per_group;
+      // Index vectors live outside the tap loop: allocating them per tap
+      // made the reference several times slower than the arithmetic.
+      std::vector<int64_t> o(rank, 0);
+      std::vector<int64_t> t(rank);
+      std::vector<int64_t> at(rank);
+      do {
+        double acc = 0;
+        for (int64_t c = 0; c < cin_per_group; ++c) {
+          std::fill(t.begin(), t.end(), 0);
+          do {
+            bool inside = true;
+            for (size_t d = 0; d < rank; ++d) {
+              at[d] = o[d] * layer.stride[d] - layer.pad_before[d] + t[d] * layer.dilation[d];
+              inside = inside && at[d] >= 0 && at[d] < in_shape[2 + d];
+            }
+            if (!inside) continue;
+            const double x =
+                current[Offset(in_shape, channels_last, n, group * cin_per_group + c, at)];
+            const double w = weights[Offset(weight_shape, channels_last, k, c, t)];
+            acc += x * w;
+          } while (Next(&t, kernel_extent));
+        }
+        out[Offset(out_shape, channels_last, n, k, o)] =
+            NaiveActivation(layer.activation, acc + bias[k]);
+      } while (Next(&o, out_extent));
+    });
     RoundToStoredDType(spec.dtype, &out);
     current = std::move(out);
     in_shape = out_shape;

@@ -20,8 +20,11 @@ namespace convserve {
 // with its logical shape in `output_shape`. Accumulation, bias and activation
 // are in double; each layer's result is then rounded to the graph's dtype
 // (double -> float -> dtype), so the values returned are representable in it.
+// Output channels are computed on `threads` threads (0: one a hardware
+// thread); the result does not depend on how many.
 std::vector<double> NaiveForward(const Graph& graph, const Shape& input_shape,
-                                 const std::string& input, Shape* output_shape);
+                                 const std::string& input, Shape* output_shape,
+                                 int threads = 0);
 
 // Activation in double, written from the formulas in convserve.proto.
 double NaiveActivation(const Activation& activation, double x);
