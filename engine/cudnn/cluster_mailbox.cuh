@@ -10,9 +10,10 @@
 // barrier (mbarrier) is told how many bytes its peers will send; they send
 // them with st.async, whose bytes count the barrier down as they land, so
 // the owner waits for exactly its data and a sender never waits for
-// anything after its stores. The one cluster barrier left is relaxed,
-// arrived at when the kernel starts and waited on before the first send:
-// every peer's barrier is set up by then.
+// anything after its stores. A block that reuses its mailbox tells the
+// senders it has read it with a signal (SignalPeer). The one cluster
+// barrier left is relaxed, arrived at when the kernel starts and waited on
+// before the first send: every peer's barriers are set up by then.
 #ifndef CONVSERVE_ENGINE_CUDNN_CLUSTER_MAILBOX_CUH_
 #define CONVSERVE_ENGINE_CUDNN_CLUSTER_MAILBOX_CUH_
 
@@ -44,14 +45,21 @@ __device__ inline void InitMailbox(uint64_t* barrier, unsigned bytes) {
                "r"(bytes)
                : "memory");
 }
+// Thread 0 only. A signal: a barrier whose phases complete when a peer
+// arrives at it once (SignalPeer).
+__device__ inline void InitSignal(uint64_t* barrier) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(SharedAddress(barrier))
+               : "memory");
+}
 // Every thread of every block of the cluster, once, after its block's
-// InitMailbox: the barrier is set up, as seen from the peers once they
-// have passed AwaitPeerMailboxes; arrives at the cluster barrier, relaxed.
+// InitMailbox and InitSignal calls: the barriers are set up, as seen from
+// the peers once they have passed AwaitPeerMailboxes; arrives at the
+// cluster barrier, relaxed.
 __device__ inline void AnnounceMailboxes() {
   if (threadIdx.x == 0) asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
 }
-// Every thread, once, before its block first sends to a peer.
+// Every thread, once, before its block first sends to or signals a peer.
 __device__ inline void AwaitPeerMailboxes() {
   asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");
 }
@@ -72,7 +80,7 @@ __device__ inline void SendToPeer(const float4& value, const float* local, uint6
 
 // Waits until the phase of `barrier` with parity `parity` (phase i has
 // parity i % 2) is complete: for a mailbox, its bytes have landed and are
-// visible to the calling thread.
+// visible to the calling thread. A waiter may be one phase behind at most.
 __device__ inline void AwaitMail(uint64_t* barrier, unsigned parity) {
   unsigned done = 0;
   while (!done) {
@@ -86,6 +94,26 @@ __device__ inline void AwaitMail(uint64_t* barrier, unsigned parity) {
         : "r"(SharedAddress(barrier)), "r"(parity)
         : "memory");
   }
+}
+// Thread 0 only, after every thread of the block has waited for the
+// mailbox's current phase: the next one completes when `bytes` more have
+// landed.
+__device__ inline void ExpectMail(uint64_t* barrier, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(
+                   SharedAddress(barrier)),
+               "r"(bytes)
+               : "memory");
+}
+
+// Completes the current phase of block `rank`'s signal `barrier` (the same
+// offset in each block). Relaxed: it orders none of this thread's memory
+// operations, so a caller signalling "read" has used every value it read
+// first (and a block barrier orders the other threads' reads before it).
+// A release here would be a GPU-scope fence, as in cluster.sync().
+__device__ inline void SignalPeer(uint64_t* barrier, unsigned rank) {
+  asm volatile("mbarrier.arrive.relaxed.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(
+                   PeerAddress(barrier, rank))
+               : "memory");
 }
 
 #endif  // __CUDA_ARCH__ >= 900

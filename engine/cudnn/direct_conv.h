@@ -178,14 +178,16 @@ std::string DirectHaloRejection(const ConvLayerProblem& problem);
 // weights (9 / split taps of channels x c), two halos of rows + 2 (rows,
 // split) by kDirectHaloTileColumns + 2 pixels (rows of c + 8 elements), each
 // warp's 16 staged output rows (channels + 8 elements), the bias in float
-// and, split, each thread's float sums (channels / 2).
+// and, split, a mailbox of each thread's float sums (channels / 2) and its
+// two 8-byte barriers.
 constexpr int64_t DirectHaloSharedBytes(int64_t c, int64_t rows, int64_t channels,
                                         int64_t split = 1) {
   const int64_t halo =
       (split == 1 ? rows + 2 : rows) * (kDirectHaloTileColumns + 2) * (c + 8);
   const int64_t staged = rows * 16 * (channels + 8);
   const int64_t sums = split == 1 ? 0 : rows * 32 * (channels / 2);
-  return (9 / split * channels * c + 2 * halo + staged) * 2 + (channels + sums) * 4;
+  return (9 / split * channels * c + 2 * halo + staged) * 2 + (channels + sums) * 4 +
+         (split == 1 ? 0 : 16);
 }
 inline int64_t DirectHaloSharedBytes(const ConvLayerProblem& problem, int64_t rows,
                                      int64_t channels, int64_t split = 1) {

@@ -23,12 +23,12 @@
 // weights do not fit in shared memory: on a layer of few tiles (batch 1)
 // each of a cluster's 3 blocks (grid z) takes one kernel row's 3 taps: it
 // keeps their weights only, a third, and copies the tile's input rows
-// shifted by its kernel row, no halo rows. Blocks 1 and 2 leave their
-// float sums in shared memory, block 0 adds them to its own (distributed
-// shared memory, a fixed order) and writes the tile. A tap's 256 channels
+// shifted by its kernel row, no halo rows. Block 2 sends its float sums
+// to block 1, which adds them to its own and sends those to block 0, which
+// adds them to its own (distributed shared memory, a fixed order) and
+// writes the tile. A tap's 256 channels
 // are multiplied 128 at a time, so that its A fragments fit in registers.
 // (On 64 and 128 channels the split lost to the whole window a block.)
-#include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -38,6 +38,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/activation.h"
+#include "engine/cudnn/cluster_mailbox.cuh"
 #include "engine/cudnn/cudnn_status.h"
 #include "engine/cudnn/dependent_launch.h"
 #include "engine/cudnn/direct_conv.h"
@@ -50,8 +51,6 @@
 namespace convserve {
 namespace pair_kernel {
 namespace {
-
-namespace cg = cooperative_groups;
 
 constexpr int kTaps = 3;  // R and S
 static_assert(kDirectHaloSplit == kTaps, "split taps: a kernel row a block");
@@ -161,35 +160,46 @@ __device__ inline void TapMmas(const unsigned (&a)[kC / 16][4], const T* w, uint
   }
 }
 
-// Split taps: block 0 of the cluster adds blocks 1 .. kSplit - 1's sums to
-// its own `acc` (each thread the same thread's, read in a fixed order from
-// their `sums`: kKb / 2 floats a thread, thread-minor). Two cluster
-// barriers: every block's sums stored before any is read, and all read
-// before any block overwrites them (the next tile) or leaves.
+// Split taps: the cluster's blocks add their sums along a chain. Block
+// kSplit - 1 sends its to block kSplit - 2, which adds them to its own and
+// sends those on, down to block 0, which writes the tile
+// (cluster_mailbox.cuh). A block's mailbox `box` (kKb / 2 floats a thread,
+// a thread's 4 at a time contiguous, thread-minor) holds one tile's sums:
+// its block signals the sender when it has read them (the sender's
+// barriers[1]), and the sender waits for that before sending its next
+// tile's. barriers[0] counts the bytes in. `step` counts the block's tiles;
+// after the `last` one no signal goes out (its sender may have left).
 template <int kKb, int kSplit>
-__device__ inline void AddClusterSums(float (&acc)[kKb / 8][4], float* sums, int thread) {
+__device__ inline void AddClusterSums(float (&acc)[kKb / 8][4], float* box, uint64_t* barriers,
+                                      int thread, int step, bool last) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  constexpr int kValues = kKb / 2;
+  constexpr int kQuads = kKb / 8;  // of a thread's values: acc[q]
   const int threads = static_cast<int>(blockDim.x);
-  cg::cluster_group cluster = cg::this_cluster();
-  const unsigned rank = cluster.block_rank();
-  if (rank != 0) {
+  const unsigned rank = blockIdx.z, parity = static_cast<unsigned>(step) & 1;
+  if (rank + 1 < kSplit) {
+    AwaitMail(barriers, parity);
 #pragma unroll
-    for (int v = 0; v < kValues; ++v) sums[v * threads + thread] = acc[v / 4][v % 4];
-  }
-  cluster.sync();
-  if (rank == 0) {
-#pragma unroll 1
-    for (int other = 1; other < kSplit; ++other) {
-      const float* const theirs = cluster.map_shared_rank(sums, other);
-      float values[kValues];
-#pragma unroll
-      for (int v = 0; v < kValues; ++v) values[v] = theirs[v * threads + thread];
-#pragma unroll
-      for (int v = 0; v < kValues; ++v) acc[v / 4][v % 4] += values[v];
+    for (int q = 0; q < kQuads; ++q) {
+      const float4 v = *reinterpret_cast<const float4*>(box + (q * threads + thread) * 4);
+      acc[q][0] += v.x;
+      acc[q][1] += v.y;
+      acc[q][2] += v.z;
+      acc[q][3] += v.w;
+    }
+    __syncthreads();  // every thread has read the mailbox
+    if (thread == 0) {
+      ExpectMail(barriers, static_cast<unsigned>(kQuads * threads * sizeof(float4)));
+      if (!last) SignalPeer(barriers + 1, rank + 1);
     }
   }
-  cluster.sync();
+  if (rank > 0) {
+    if (step > 0) AwaitMail(barriers + 1, parity ^ 1);
+#pragma unroll
+    for (int q = 0; q < kQuads; ++q) {
+      SendToPeer(make_float4(acc[q][0], acc[q][1], acc[q][2], acc[q][3]),
+                 box + (q * threads + thread) * 4, barriers, rank - 1);
+    }
+  }
 #endif
 }
 
@@ -198,8 +208,8 @@ __device__ inline void AddClusterSums(float (&acc)[kKb / 8][4], float* sums, int
 // kKb; kSplit: 1, or 3 blocks of a cluster (grid z) taking a kernel row's
 // taps each. Shared memory as DirectHaloSharedBytes counts it: the weights
 // (9 / kSplit taps of [kKb][kC], swizzled), two halo buffers, each warp's
-// staged rows [16][kKb + kPad], the bias in float and, split, each
-// thread's sums.
+// staged rows [16][kKb + kPad], the bias in float and, split, the
+// mailbox of each thread's sums and its two barriers.
 static_assert(kPad == 8, "DirectHaloSharedBytes pads rows by 8 elements");
 template <typename T, int kC, int kRows, int kKb, int kSplit>
 __global__ void __launch_bounds__(32 * kRows)
@@ -240,6 +250,19 @@ __global__ void __launch_bounds__(32 * kRows)
   for (int i = thread; i < kKb; i += kThreadCount) {
     shared_bias[i] = bias != nullptr ? ToFloat(bias[first_channel + i]) : 0.f;
   }
+  // Split: the mailbox, kKb / 2 floats a thread, and its two barriers.
+  [[maybe_unused]] float* const box = shared_bias + kKb;
+  [[maybe_unused]] uint64_t* const barriers =
+      reinterpret_cast<uint64_t*>(box + kKb / 2 * kThreadCount);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if constexpr (kSplit > 1) {
+    if (thread == 0) {
+      InitMailbox(barriers, static_cast<unsigned>(kKb / 2 * kThreadCount * sizeof(float)));
+      InitSignal(barriers + 1);
+    }
+    AnnounceMailboxes();
+  }
+#endif
   // The weights and bias (no kernel writes them) are on their way before
   // the wait; the input is not read before it (dependent_launch.h).
   AwaitPreviousKernel();
@@ -256,7 +279,10 @@ __global__ void __launch_bounds__(32 * kRows)
   const int a_row = lane & 15, a_column = (lane >> 4) * 8;
   const int b_row = (lane & 7) + ((lane >> 4) << 3), b_column = ((lane >> 3) & 1) * 8;
   T* const staged = staged_all + warp * 16 * kStagedRow;
-  for (int buffer = 0; tile < tiles; tile += gridDim.x, buffer ^= 1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if constexpr (kSplit > 1) AwaitPeerMailboxes();
+#endif
+  for (int buffer = 0, step = 0; tile < tiles; tile += gridDim.x, buffer ^= 1, ++step) {
     const HaloTile next = tiling.At(tile + gridDim.x);
     if (tile + static_cast<int>(gridDim.x) < tiles) {
       copier.Copy(shared_x + (buffer ^ 1) * kHaloPixels * kRow, x, d, next, kernel_row);
@@ -308,8 +334,9 @@ __global__ void __launch_bounds__(32 * kRows)
         TapMmas<T, kLoadC, kKb>(a[0], shared_w + weights_of(i), 0, false, b_row, b_column, acc);
       }
     }
-    if (tile + static_cast<int>(gridDim.x) >= tiles) ReleaseDependents();  // the last tile
-    if constexpr (kSplit > 1) AddClusterSums<kKb, kSplit>(acc, shared_bias + kKb, thread);
+    const bool last = tile + static_cast<int>(gridDim.x) >= tiles;
+    if (last) ReleaseDependents();
+    if constexpr (kSplit > 1) AddClusterSums<kKb, kSplit>(acc, box, barriers, thread, step, last);
 
     const HaloTile out = here;
     here = next;

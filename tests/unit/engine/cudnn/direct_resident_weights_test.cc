@@ -158,9 +158,10 @@ TEST(DirectResidentWeightsTest, ThreeByThreeLayersOnFewChannelsHaveTheHaloGemm) 
   };
   EXPECT_EQ(count(names, "direct:e4:"), 4);
   // Split: a kernel row's 3 taps of weights, halos of 4 rows (no halo
-  // rows), and each of the 128 threads' 32 float sums besides the bias.
+  // rows), and a mailbox of each of the 128 threads' 32 float sums and its
+  // two barriers besides the bias.
   EXPECT_EQ(DirectHaloSharedBytes(p, 4, 64, 3),
-            (3 * 64 * 64 + 2 * 4 * 18 * 72 + 4 * 16 * 72) * 2 + (64 + 128 * 32) * 4);
+            (3 * 64 * 64 + 2 * 4 * 18 * 72 + 4 * 16 * 72) * 2 + (64 + 128 * 32) * 4 + 16);
   // The shared memory of a block: 9 taps of 64 x 64 weights, two halos of
   // 6 x 18 pixels (rows of 72 elements), 4 warps' 16 staged rows of 72,
   // and 64 float biases: two blocks fit an H100's SM.
