@@ -43,6 +43,8 @@
 ABSL_FLAG(std::string, shapes, "tests/bench/conv_shapes.csv", "shape list");
 ABSL_FLAG(std::string, batches, "1,32", "batch sizes");
 ABSL_FLAG(std::string, engine_selection, "heuristic", "heuristic, heuristic_b, fallback, autotune");
+ABSL_FLAG(int, autotune_candidates, 12,
+          "autotune: candidate engines timed per layer and path (the server's default)");
 ABSL_FLAG(int, autotune_knob_candidates, 16,
           "autotune: knob-search candidates per layer (the server's default; 0: off)");
 ABSL_FLAG(int, samples, 15, "timed samples per layer");
@@ -165,6 +167,7 @@ int Run() {
     return 2;
   }
   options.selection.search = *search;
+  options.selection.autotune_candidates = absl::GetFlag(FLAGS_autotune_candidates);
   options.selection.autotune_knob_candidates = absl::GetFlag(FLAGS_autotune_knob_candidates);
   absl::StatusOr<std::unique_ptr<CudnnBackend>> backend = CudnnBackend::Create(options);
   if (!backend.ok()) {
