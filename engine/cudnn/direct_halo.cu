@@ -26,8 +26,8 @@
 // shifted by its kernel row, no halo rows. Block 2 sends its float sums
 // to block 1, which adds them to its own and sends those to block 0, which
 // adds them to its own (distributed shared memory, a fixed order) and
-// writes the tile. A tap's 256 channels
-// are multiplied 128 at a time, so that its A fragments fit in registers.
+// writes the tile. A tap's 256 channels are multiplied 128 at a time, so
+// that its A fragments fit in registers.
 // (On 64 and 128 channels the split lost to the whole window a block.)
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
