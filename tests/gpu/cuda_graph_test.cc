@@ -35,6 +35,7 @@
 #include "engine/status_macros.h"
 #include "gtest/gtest.h"
 #include "server/proto_convert.h"
+#include "tests/test_util/device_setup.h"
 #include "tests/test_util/graph_oracle.h"
 #include "tests/test_util/naive_conv.h"
 #include "tests/test_util/random_graph.h"
@@ -291,8 +292,7 @@ class DeviceSlots {
       const std::string& input = inputs.input(s % 2);
       EXPECT_EQ(cudaMalloc(&slots_[s].in, input.size()), cudaSuccess);
       EXPECT_EQ(cudaMalloc(&slots_[s].out, inputs.output_bytes()), cudaSuccess);
-      EXPECT_EQ(cudaMemcpy(slots_[s].in, input.data(), input.size(), cudaMemcpyHostToDevice),
-                cudaSuccess);
+      EXPECT_EQ(CopyToDevice(slots_[s].in, input.data(), input.size()), cudaSuccess);
     }
   }
   ~DeviceSlots() {
@@ -338,7 +338,7 @@ void CheckInPlacePointersThatChange(absl::Duration variant_idle) {
   int replayed = 0;
   for (int round = 0; round < 5; ++round) {
     for (int s = 0; s < 3; ++s) {
-      ASSERT_EQ(cudaMemset(slots[s].out, 0xFF, out_bytes), cudaSuccess);
+      ASSERT_EQ(FillDevice(slots[s].out, 0xFF, out_bytes), cudaSuccess);
       Answer answer = Infer(*pool, *graph, a.input_shape, a.input, slots[s].in, slots[s].out);
       ASSERT_TRUE(answer.status.ok()) << answer.status;
       answer.output.resize(out_bytes);
@@ -408,7 +408,7 @@ void CheckLaunchAhead(bool cuda_graphs, bool launch_ahead, uint64_t seed) {
   ASSERT_FALSE(::testing::Test::HasFailure());
   for (int round = 0; round < kRounds; ++round) {
     // 0xFF is NaN in every dtype: an element left unwritten fails the check.
-    for (DeviceSlot& slot : slots) ASSERT_EQ(cudaMemset(slot.out, 0xFF, out_bytes), cudaSuccess);
+    for (DeviceSlot& slot : slots) ASSERT_EQ(FillDevice(slot.out, 0xFF, out_bytes), cudaSuccess);
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // before the workers' own stream reads
     constexpr int kRequests = kDeviceSlots + kHostSlots;
     std::vector<Answer> answers(kRequests);
@@ -641,7 +641,7 @@ TEST(CapturedLayersTest, SegmentsReplayAndUpdateInPlaceForOtherPointers) {
     return absl::OkStatus();
   };
   const auto replay_and_check = [&](const CapturedLayers& captured, void* buffer) {
-    ASSERT_EQ(cudaMemset(buffer, 0, kBytes), cudaSuccess);
+    ASSERT_EQ(FillDevice(buffer, 0, kBytes), cudaSuccess);
     for (size_t s = 0; s < captured.segments(); ++s) {
       ASSERT_EQ(captured.Launch(s, stream), cudaSuccess);
     }
@@ -715,8 +715,8 @@ TEST(LaunchAheadTest, RequestsOfSeveralSegmentsAreNotLaunchedAhead) {
   for (int r = 0; r < kRequests; ++r) {
     ASSERT_EQ(cudaMalloc(&in[r], bytes), cudaSuccess);
     ASSERT_EQ(cudaMalloc(&out[r], bytes), cudaSuccess);
-    ASSERT_EQ(cudaMemcpy(in[r], input.data(), bytes, cudaMemcpyHostToDevice), cudaSuccess);
-    ASSERT_EQ(cudaMemset(out[r], 0xFF, bytes), cudaSuccess);  // NaN
+    ASSERT_EQ(CopyToDevice(in[r], input.data(), bytes), cudaSuccess);
+    ASSERT_EQ(FillDevice(out[r], 0xFF, bytes), cudaSuccess);  // NaN
   }
   std::vector<Answer> answers(kRequests);
   std::vector<InferCall> calls;

@@ -47,6 +47,7 @@
 #include "gtest/gtest.h"
 #include "server/proto_convert.h"
 #include "tests/test_util/cudnn_device_test.h"
+#include "tests/test_util/device_setup.h"
 #include "tests/test_util/naive_conv.h"
 #include "tests/test_util/random_tensor.h"
 
@@ -343,8 +344,7 @@ TEST_F(DependentLaunchTest, RandomChainsOfOwnKernelsKeepTheStreamOrder) {
     absl::StatusOr<DeviceBuffer> x = DeviceBuffer::Create(input.size());
     ASSERT_TRUE(x.ok()) << x.status();
     ready.x = *std::move(x);
-    ASSERT_EQ(cudaMemcpy(ready.x.data(), input.data(), input.size(), cudaMemcpyHostToDevice),
-              cudaSuccess);
+    ASSERT_EQ(CopyToDevice(ready.x.data(), input.data(), input.size()), cudaSuccess);
     Shape output_shape;
     const std::vector<double> reference =
         NaiveForward(*chain.graph, chain.input_shape, input, &output_shape);

@@ -30,6 +30,7 @@
 #include "engine/cudnn/direct_conv.h"
 #include "gtest/gtest.h"
 #include "tests/test_util/cudnn_device_test.h"
+#include "tests/test_util/device_setup.h"
 
 namespace convserve {
 namespace {
@@ -200,8 +201,7 @@ TEST_F(DirectNarrowTest, AnInfinityStaysInItsWindows) {
       const uint16_t inf = dtype == DType::kFloat16 ? 0x7C00 : 0x7F80;
       std::memcpy(bits.data(), &inf, size);
     }
-    ASSERT_EQ(cudaMemcpy(static_cast<char*>(layer.x.data()) + element * size, bits.data(), size,
-                         cudaMemcpyHostToDevice),
+    ASSERT_EQ(CopyToDevice(static_cast<char*>(layer.x.data()) + element * size, bits.data(), size),
               cudaSuccess);
     std::string input(NumElements(layer.input_shape) * size, '\0');
     ASSERT_EQ(cudaMemcpy(input.data(), layer.x.data(), input.size(), cudaMemcpyDeviceToHost),

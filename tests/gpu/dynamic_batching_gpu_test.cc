@@ -20,6 +20,7 @@
 #include "engine/runtime/dynamic_batcher.h"
 #include "gtest/gtest.h"
 #include "server/proto_convert.h"
+#include "tests/test_util/device_setup.h"
 #include "tests/test_util/random_graph.h"
 #include "tests/test_util/random_tensor.h"
 
@@ -101,7 +102,7 @@ InferCall MakeCall(DevicePool& pool, const std::shared_ptr<const Graph>& graph, 
       cudaSetDevice(0);
       EXPECT_EQ(cudaMalloc(&r->device_in, r->input.size()), cudaSuccess);
       EXPECT_EQ(cudaMalloc(&r->device_out, out_bytes), cudaSuccess);
-      cudaMemcpy(r->device_in, r->input.data(), r->input.size(), cudaMemcpyHostToDevice);
+      EXPECT_EQ(CopyToDevice(r->device_in, r->input.data(), r->input.size()), cudaSuccess);
       TensorMemory in;
       in.kind = TensorMemory::Kind::kDevice;
       in.data = static_cast<uint8_t*>(r->device_in);

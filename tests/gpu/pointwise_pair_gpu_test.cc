@@ -42,6 +42,7 @@
 #include "gtest/gtest.h"
 #include "server/proto_convert.h"
 #include "tests/test_util/cudnn_device_test.h"
+#include "tests/test_util/device_setup.h"
 #include "tests/test_util/naive_conv.h"
 #include "tests/test_util/random_tensor.h"
 
@@ -148,8 +149,7 @@ class PointwisePairTest : public CudnnDeviceTest {
     if (!weights.ok() || !x.ok() || !y.ok() || !grids.ok()) return INFINITY;
     // Two output slices where C2 is 64: these pairs have 16 tiles at most.
     EXPECT_EQ(grids->size(), problems[1].output[1] == 64 ? 2u : 1u);
-    EXPECT_EQ(cudaMemcpy(x->data(), input.data(), input.size(), cudaMemcpyHostToDevice),
-              cudaSuccess);
+    EXPECT_EQ(CopyToDevice(x->data(), input.data(), input.size()), cudaSuccess);
     PointwisePairBuffers buffers;
     buffers.x = x->data();
     buffers.w0 = (*weights)->weights(0);
@@ -159,7 +159,7 @@ class PointwisePairTest : public CudnnDeviceTest {
     buffers.y = y->data();
     double worst = 0;
     for (const PointwisePairGrid& grid : *grids) {
-      EXPECT_EQ(cudaMemset(y->data(), kFill, y->bytes()), cudaSuccess);
+      EXPECT_EQ(FillDevice(y->data(), kFill, y->bytes()), cudaSuccess);
       const absl::Status ran =
           LaunchPointwisePair(problems[0], problems[1], buffers, grid, stream_.get());
       EXPECT_TRUE(ran.ok()) << ran << " (" << grid.slices << " slices)";
@@ -327,10 +327,9 @@ double RunCases(DevicePool& pool, const std::vector<PairCase>& cases, uint64_t s
     absl::StatusOr<DeviceBuffer> out = DeviceBuffer::Create(output_bytes);
     EXPECT_TRUE(in.ok() && out.ok());
     if (!in.ok() || !out.ok()) return INFINITY;
-    EXPECT_EQ(cudaMemcpy(in->data(), input.data(), input.size(), cudaMemcpyHostToDevice),
-              cudaSuccess);
+    EXPECT_EQ(CopyToDevice(in->data(), input.data(), input.size()), cudaSuccess);
     for (int r = 0; r < 2; ++r) {
-      EXPECT_EQ(cudaMemset(out->data(), 0xFF, output_bytes), cudaSuccess);  // NaN
+      EXPECT_EQ(FillDevice(out->data(), 0xFF, output_bytes), cudaSuccess);  // NaN
       Answer answer = Infer(pool, c, input, in->data(), out->data());
       answer.output.resize(output_bytes);
       EXPECT_EQ(cudaMemcpy(answer.output.data(), out->data(), output_bytes,

@@ -15,6 +15,7 @@
 #include "engine/cudnn/cudnn_backend.h"
 #include "engine/cudnn/cuda_resources.h"
 #include "gtest/gtest.h"
+#include "tests/test_util/device_setup.h"
 
 namespace convserve {
 namespace {
@@ -48,9 +49,8 @@ void CheckRandomRanges(uint32_t seed, int ranges, size_t max_bytes) {
   absl::StatusOr<DeviceBuffer> from = DeviceBuffer::Create(source.size());
   absl::StatusOr<DeviceBuffer> to = DeviceBuffer::Create(target_bytes + 1);
   ASSERT_TRUE(from.ok() && to.ok());
-  ASSERT_EQ(cudaMemcpy(from->data(), source.data(), source.size(), cudaMemcpyHostToDevice),
-            cudaSuccess);
-  ASSERT_EQ(cudaMemset(to->data(), kSentinel, target_bytes + 1), cudaSuccess);
+  ASSERT_EQ(CopyToDevice(from->data(), source.data(), source.size()), cudaSuccess);
+  ASSERT_EQ(FillDevice(to->data(), kSentinel, target_bytes + 1), cudaSuccess);
   std::vector<SliceCopy> copies;
   for (const Range& r : layout) {
     copies.push_back({static_cast<const uint8_t*>(from->data()) + r.from,

@@ -30,6 +30,7 @@
 #include "engine/cudnn/direct_conv.h"
 #include "engine/tensor.h"
 #include "gtest/gtest.h"
+#include "tests/test_util/device_setup.h"
 #include "tests/test_util/layer_case.h"
 #include "tests/test_util/naive_conv.h"
 #include "tests/test_util/random_tensor.h"
@@ -108,8 +109,7 @@ class CudnnDeviceTest : public ::testing::Test {
     if (!weights.ok() || !x.ok()) return layer;
     layer.weights = *std::move(weights);
     layer.x = *std::move(x);
-    EXPECT_EQ(cudaMemcpy(layer.x.data(), input.data(), input.size(), cudaMemcpyHostToDevice),
-              cudaSuccess);
+    EXPECT_EQ(CopyToDevice(layer.x.data(), input.data(), input.size()), cudaSuccess);
     layer.ok = true;
     return layer;
   }
@@ -290,7 +290,7 @@ class CudnnDeviceTest : public ::testing::Test {
         DeviceBuffer::Create(std::max<int64_t>(plan.workspace_bytes(), 256));
     EXPECT_TRUE(y.ok() && workspace.ok());
     if (!y.ok() || !workspace.ok()) return INFINITY;
-    EXPECT_EQ(cudaMemset(y->data(), kFill, y->bytes()), cudaSuccess);
+    EXPECT_EQ(FillDevice(y->data(), kFill, y->bytes()), cudaSuccess);
     ConvLayerBuffers buffers;
     buffers.x = x.data();
     buffers.w = weights.weights(0);
