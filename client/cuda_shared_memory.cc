@@ -45,8 +45,14 @@ class CudaSharedMemory final : public SharedMemoryBlock {
     if (offset > byte_size_ || bytes.size() > byte_size_ - offset) return OutOfRange();
     absl::Status status = CudaStatus(cudaSetDevice(device_), "cudaSetDevice");
     if (!status.ok()) return status;
-    return CudaStatus(cudaMemcpy(data_ + offset, bytes.data(), bytes.size(), cudaMemcpyHostToDevice),
-                      "cudaMemcpy (host to device)");
+    status = CudaStatus(
+        cudaMemcpy(data_ + offset, bytes.data(), bytes.size(), cudaMemcpyHostToDevice),
+        "cudaMemcpy (host to device)");
+    if (!status.ok()) return status;
+    // From pageable memory cudaMemcpy may return before the bytes are in
+    // device memory; the server reads them on a stream that does not wait
+    // for this one.
+    return CudaStatus(cudaStreamSynchronize(nullptr), "cudaStreamSynchronize");
   }
 
   absl::Status Read(uint64_t offset, uint64_t size, std::string* out) const override {

@@ -22,6 +22,10 @@ absl::StatusOr<std::unique_ptr<DeviceWeights>> DeviceWeights::Upload(const Graph
     uploaded->weights_.push_back(std::move(w));
     uploaded->biases_.push_back(std::move(b));
   }
+  // cudaMemcpy from pageable memory may return before the bytes are in
+  // device memory, and the kernels that read them run on non-blocking
+  // streams, which do not wait for the default stream the copies ran on.
+  CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(nullptr));
   return uploaded;
 }
 
