@@ -37,7 +37,6 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
-#include <type_traits>
 
 #include "absl/strings/str_cat.h"
 #include "engine/cudnn/cluster_mailbox.cuh"

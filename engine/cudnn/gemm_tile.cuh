@@ -4,9 +4,6 @@
 #ifndef CONVSERVE_ENGINE_CUDNN_GEMM_TILE_CUH_
 #define CONVSERVE_ENGINE_CUDNN_GEMM_TILE_CUH_
 
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>
