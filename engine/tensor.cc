@@ -181,6 +181,15 @@ void FromFloat(DType dtype, const float* src, void* dst, size_t count) {
   }
 }
 
+float RoundToTf32(float value) {
+  uint32_t x;
+  std::memcpy(&x, &value, sizeof(x));
+  if ((x & 0x7f800000u) == 0x7f800000u) return value;  // inf or NaN
+  x = (x + 0xfffu + ((x >> 13) & 1u)) & 0xffffe000u;  // past the largest TF32: inf
+  std::memcpy(&value, &x, sizeof(x));
+  return value;
+}
+
 void RoundToDType(DType dtype, float* values, size_t count) {
   switch (dtype) {
     case DType::kFloat32:

@@ -41,6 +41,9 @@ float HalfToFloat(uint16_t bits);
 uint16_t FloatToHalf(float value);
 float BFloat16ToFloat(uint16_t bits);
 uint16_t FloatToBFloat16(float value);
+// `value` rounded to TF32 (10 mantissa bits, the low 13 zero) to nearest
+// even, as cvt.rn.tf32.f32 rounds on sm_90; infinities and NaN kept.
+float RoundToTf32(float value);
 
 // Converts `count` little-endian elements of `dtype` at `src` to float.
 // With `count` 0 the pointers may be null.

@@ -195,6 +195,35 @@ TEST(TensorTest, FloatToHalfRoundsEveryMidpointToNearestEven) {
   }
 }
 
+TEST(TensorTest, RoundToTf32RoundsEveryMidpointToNearestEven) {
+  // TF32 neighbours lo and hi 2^-10 apart at every exponent, normal and
+  // subnormal, with odd and even last bits; mid is one bit past both.
+  for (uint32_t exponent = 0; exponent < 0xff; ++exponent) {
+    for (uint32_t mantissa : {0x000u, 0x001u, 0x2aau, 0x3feu}) {
+      const uint32_t lo = (exponent << 23) | (mantissa << 13);
+      const uint32_t hi = lo + 0x2000u, mid = lo + 0x1000u;
+      const uint32_t even = (mantissa & 1u) ? hi : lo;
+      ASSERT_EQ(ToBits(RoundToTf32(FromBits(lo))), lo) << std::hex << lo;
+      ASSERT_EQ(ToBits(RoundToTf32(FromBits(mid))), even) << std::hex << lo;
+      ASSERT_EQ(ToBits(RoundToTf32(FromBits(mid - 1))), lo) << std::hex << lo;
+      ASSERT_EQ(ToBits(RoundToTf32(FromBits(mid + 1))), hi) << std::hex << lo;
+      ASSERT_EQ(ToBits(RoundToTf32(FromBits(0x80000000u | (mid + 1)))), 0x80000000u | hi);
+    }
+  }
+}
+
+TEST(TensorTest, RoundToTf32KeepsSpecialValuesAndOverflowsToInfinity) {
+  const float inf = std::numeric_limits<float>::infinity();
+  EXPECT_EQ(RoundToTf32(inf), inf);
+  EXPECT_EQ(RoundToTf32(-inf), -inf);
+  EXPECT_TRUE(std::isnan(RoundToTf32(std::numeric_limits<float>::quiet_NaN())));
+  EXPECT_EQ(ToBits(RoundToTf32(-0.0f)), 0x80000000u);
+  EXPECT_EQ(RoundToTf32(std::numeric_limits<float>::max()), inf);
+  EXPECT_EQ(ToBits(RoundToTf32(FromBits(0x7f7fefffu))), 0x7f7fe000u);
+  EXPECT_EQ(RoundToTf32(1.0f + 1.0f / 1024), 1.0f + 1.0f / 1024);
+  EXPECT_EQ(RoundToTf32(1.0f + 1.0f / 4096), 1.0f);
+}
+
 TEST(TensorTest, FloatToBFloat16RoundsKnownValues) {
   EXPECT_EQ(FloatToBFloat16(1.0f), 0x3f80);
   EXPECT_EQ(FloatToBFloat16(-0.0f), 0x8000);
