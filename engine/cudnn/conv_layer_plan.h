@@ -36,6 +36,10 @@ struct ConvLayerBuffers {
   void* y = nullptr;
   // At least ConvLayerPlan::workspace_bytes(), 256-byte aligned.
   void* workspace = nullptr;
+  // float32 weights rounded to TF32 (DeviceWeights::tf32_weights), or null:
+  // the direct implicit GEMM multiplies these with wgmma where it has them,
+  // and otherwise `w` with mma.sync, rounding in registers.
+  const void* w_tf32 = nullptr;
 };
 
 // A finalized plan and the descriptors it was built from. Movable.

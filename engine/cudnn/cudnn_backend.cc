@@ -130,7 +130,8 @@ absl::StatusOr<std::shared_ptr<DeviceWeights>> CudnnBackend::WeightsLocked(
     if (std::shared_ptr<DeviceWeights> live = it->second.lock()) return live;
   }
   ASSIGN_OR_RETURN(std::shared_ptr<DeviceWeights> weights,
-                   DeviceWeights::Upload(graph, options_.device));
+                   DeviceWeights::Upload(graph, options_.device,
+                                         !options_.selection.strict_float32));
   weights_[graph.id()] = weights;
   return weights;
 }
@@ -226,6 +227,7 @@ ConvLayerBuffers CudnnExecutable::BuffersFor(size_t layer) const {
   buffers.x = layer == 0 ? input_.data() : (layer % 2 == 1 ? ping_.data() : pong_.data());
   buffers.y = layer % 2 == 0 ? ping_.data() : pong_.data();
   buffers.w = weights_->weights(layer);
+  buffers.w_tf32 = weights_->tf32_weights(layer);
   buffers.bias = weights_->bias(layer);
   buffers.workspace = workspace_.data();
   return buffers;

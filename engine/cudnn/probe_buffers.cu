@@ -177,6 +177,8 @@ ConvLayerBuffers ProbeBuffers::buffers() const {
   ConvLayerBuffers b;
   b.x = x_.data();
   b.w = w_.data();
+  // Timed as the layer runs with its rounded copy (values do not matter).
+  b.w_tf32 = problem_.dtype == DType::kFloat32 ? w_.data() : nullptr;
   b.bias = problem_.has_bias ? bias_.data() : nullptr;
   b.y = y_.data();
   b.workspace = workspace_.data();

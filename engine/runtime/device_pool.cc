@@ -332,6 +332,7 @@ ConvLayerBuffers LayerBuffers(const std::vector<void*>& places, const DeviceWeig
   b.x = places[i];
   b.y = places[i + 1];
   b.w = weights.weights(i);
+  b.w_tf32 = weights.tf32_weights(i);
   b.bias = weights.bias(i);
   b.workspace = workspace;
   return b;
@@ -613,7 +614,7 @@ absl::Status DevicePool::AddGraph(const std::shared_ptr<const Graph>& graph) {
       continue;
     }
     absl::StatusOr<std::unique_ptr<DeviceWeights>> weights =
-        DeviceWeights::Upload(*graph, device->ordinal);
+        DeviceWeights::Upload(*graph, device->ordinal, !options_.selection.strict_float32);
     if (!weights.ok() && IsStickyCudaError(CudaErrorOf(weights.status()))) {
       // The GPU was lost: the graph is served by the others.
       MarkFailed(*device, absl::StrCat("uploading graph '", graph->name(), "': ",

@@ -226,7 +226,7 @@ class DependentLaunchTest : public CudnnDeviceTest {
     }
     ready->output_bytes =
         NumElements(ready->problems.back().output) * DTypeSize(ready->problems.back().dtype);
-    ASSIGN_OR_RETURN(ready->weights, DeviceWeights::Upload(graph, 0));
+    ASSIGN_OR_RETURN(ready->weights, DeviceWeights::Upload(graph, 0, /*tf32_copies=*/true));
     for (DeviceBuffer& buffer : ready->buffers) {
       ASSIGN_OR_RETURN(buffer, DeviceBuffer::Create(largest));
     }
@@ -255,6 +255,7 @@ class DependentLaunchTest : public CudnnDeviceTest {
         ConvLayerBuffers b;
         b.x = input;
         b.w = ready.weights->weights(i);
+        b.w_tf32 = ready.weights->tf32_weights(i);
         b.bias = ready.weights->bias(i);
         b.y = y;
         RETURN_IF_ERROR(ready.plans[i]->Bind(ready.problems[i], b));

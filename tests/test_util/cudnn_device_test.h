@@ -103,7 +103,7 @@ class CudnnDeviceTest : public ::testing::Test {
     layer.expected = NaiveForward(*layer.graph, layer.input_shape, input, &output_shape);
     layer.output_bytes = NumElements(output_shape) * DTypeSize(c.dtype);
     absl::StatusOr<std::unique_ptr<DeviceWeights>> weights =
-        DeviceWeights::Upload(*layer.graph, 0);
+        DeviceWeights::Upload(*layer.graph, 0, /*tf32_copies=*/true);
     absl::StatusOr<DeviceBuffer> x = DeviceBuffer::Create(input.size());
     EXPECT_TRUE(weights.ok() && x.ok());
     if (!weights.ok() || !x.ok()) return layer;
@@ -114,16 +114,17 @@ class CudnnDeviceTest : public ::testing::Test {
     return layer;
   }
 
-  // RunGuarded on a prepared layer.
-  double RunGuarded(ConvLayerPlan& plan, const PreparedLayer& layer) {
-    return RunGuarded(plan, layer.problem, *layer.weights, layer.x, layer.output_bytes,
-                      layer.expected);
+  // RunGuarded on a prepared layer, given the weights' TF32 copy (as a
+  // server with TF32 allowed gives it) where `tf32_copy` and there is one.
+  double RunGuarded(ConvLayerPlan& plan, const PreparedLayer& layer, bool tf32_copy = true) {
+    return RunGuarded(plan, layer.problem, *layer.weights, tf32_copy, layer.x,
+                      layer.output_bytes, layer.expected);
   }
 
   // Builds each of `configs` (named configurations that need no workspace:
   // the direct path's) for `layer` and runs it with RunGuarded, expecting an
   // error within `bound`; returns the largest (infinity when one does not
-  // build).
+  // build). A layer whose weights have a TF32 copy runs with it and without.
   double RunWorkspaceFreeConfigs(const PreparedLayer& layer,
                                  const std::vector<EngineConfigId>& configs, double bound,
                                  const std::string& what) {
@@ -136,9 +137,13 @@ class CudnnDeviceTest : public ::testing::Test {
       EXPECT_TRUE(plan.ok()) << plan.status();
       if (!plan.ok()) return INFINITY;
       EXPECT_EQ(plan->workspace_bytes(), 0);
-      const double error = RunGuarded(*plan, layer);
-      EXPECT_LE(error, bound);
-      worst = std::max(worst, error);
+      for (bool tf32_copy : {true, false}) {
+        if (!tf32_copy && layer.weights->tf32_weights(0) == nullptr) break;
+        SCOPED_TRACE(tf32_copy ? "" : "without the weights' TF32 copy");
+        const double error = RunGuarded(*plan, layer, tf32_copy);
+        EXPECT_LE(error, bound);
+        worst = std::max(worst, error);
+      }
     }
     return worst;
   }
@@ -283,8 +288,8 @@ class CudnnDeviceTest : public ::testing::Test {
   // expects no guard byte written and returns the relative L2 error against
   // `expected` (infinity when a step failed, which also fails the test).
   double RunGuarded(ConvLayerPlan& plan, const ConvLayerProblem& problem,
-                    const DeviceWeights& weights, const DeviceBuffer& x, size_t output_bytes,
-                    const std::vector<double>& expected) {
+                    const DeviceWeights& weights, bool tf32_copy, const DeviceBuffer& x,
+                    size_t output_bytes, const std::vector<double>& expected) {
     absl::StatusOr<DeviceBuffer> y = DeviceBuffer::Create(output_bytes + kGuardBytes);
     absl::StatusOr<DeviceBuffer> workspace =
         DeviceBuffer::Create(std::max<int64_t>(plan.workspace_bytes(), 256));
@@ -294,6 +299,7 @@ class CudnnDeviceTest : public ::testing::Test {
     ConvLayerBuffers buffers;
     buffers.x = x.data();
     buffers.w = weights.weights(0);
+    if (tf32_copy) buffers.w_tf32 = weights.tf32_weights(0);
     buffers.bias = weights.bias(0);
     buffers.y = y->data();
     buffers.workspace = workspace->data();
