@@ -12,9 +12,12 @@
 // Compiled for sm_90a (H100, H200), a group of 4 warps of a 16-bit layer is
 // a warpgroup and multiplies a step with two wgmma instructions that read
 // it from shared memory (wgmma.cuh): the step's layout is already the
-// hardware's 64-byte swizzle. float layers, and the compute_90 PTX newer
-// GPUs JIT, have each warp load fragments with ldmatrix and run mma.sync
-// m16n8k16 (m16n8k8 TF32), 8 or 16 of them a step (tensor_core.cuh, Mma).
+// hardware's 64-byte swizzle. A float layer does so too where it has its
+// weights rounded to TF32 (ConvLayerBuffers::w_tf32), with A from
+// registers, loaded with ldmatrix and rounded there. Other float layers,
+// and the compute_90 PTX newer GPUs JIT, have each warp load fragments with
+// ldmatrix and run mma.sync m16n8k16 (m16n8k8 TF32), 8 or 16 of them a step
+// (tensor_core.cuh, Mma).
 // wgmma cut the kernel's instructions by only 1-5% on batch-1 1x1 layers
 // (ncu): most were outside the multiply, in the setup's divisions by layer
 // sizes (now FastDivisor, GemmDims), the copies' address arithmetic and the
@@ -37,6 +40,7 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "absl/strings/str_cat.h"
 #include "engine/cudnn/cluster_mailbox.cuh"
@@ -73,7 +77,7 @@ using gemm::StageBytes;
 using gemm::Swizzled;
 using gemm::TileOutput;
 
-template <typename T, int kTileChannels>
+template <typename T, int kTileChannels, bool kTf32Weights>
 __global__ void __launch_bounds__(kThreads)
     ImplicitGemm(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ bias,
                  T* __restrict__ y, GemmDims d, Activation activation) {
@@ -181,8 +185,10 @@ __global__ void __launch_bounds__(kThreads)
     }
   };
 
+  constexpr bool kWgmma = kWarpgroupMma<T, kTf32Weights>;
+  constexpr bool kFloat = std::is_same_v<T, float>;
   // ldmatrix offsets of this thread's rows, the same in every step (for
-  // mma.sync; unused, and dropped by the compiler, with wgmma).
+  // mma.sync, and float's A with wgmma; otherwise dropped by the compiler).
   int a_offset[kMmaSteps], b_offset[kTileChannels / 16][kMmaSteps];
 #pragma unroll
   for (int step = 0; step < kMmaSteps; ++step) {
@@ -222,7 +228,7 @@ __global__ void __launch_bounds__(kThreads)
         stages + ((i % kStages) * kGroups + group) * kStepElements<T, kTileChannels>;
     // wgmma reads through the async proxy: this thread's copies made
     // visible to it before the barrier.
-    if constexpr (kWarpgroupMma<T>) FenceProxyAsyncShared();
+    if constexpr (kWgmma) FenceProxyAsyncShared();
     // Stage i is in and every warp is done with stage i - 1's slot: a
     // group's rows of a slot are copied and read by its own warps only, so
     // the groups wait for their own copies, not for each other's.
@@ -230,16 +236,28 @@ __global__ void __launch_bounds__(kThreads)
     if (i + kStages - 1 < stage_count) load((i + kStages - 1) % kStages, true);
     CopyAsyncCommit();
     if (!has_step) continue;
-    if constexpr (kWarpgroupMma<T>) {
+    if constexpr (kWgmma) {
       // The group is one warpgroup: its 64 pixel rows by kTileChannels in
       // one wgmma per 32 bytes of the step, waited for before the barrier
-      // that lets the slot be copied over.
+      // that lets the slot be copied over. float's A is rounded in registers.
       const uint64_t a = WgmmaDescriptor64B(step_base);
       const uint64_t b = WgmmaDescriptor64B(step_base + kTilePixels * kChunk<T>);
+      [[maybe_unused]] unsigned a_fragment[kMmaSteps][4];
+      if constexpr (kFloat) {
+#pragma unroll
+        for (int step = 0; step < kMmaSteps; ++step) {
+          LdMatrixX4(a_fragment[step], step_base + a_offset[step]);
+          RoundToTf32<T>(a_fragment[step]);
+        }
+      }
       WgmmaFence();
 #pragma unroll
       for (int step = 0; step < kMmaSteps; ++step) {
-        Wgmma<T, kTileChannels>(acc, a + 2 * step, b + 2 * step);
+        if constexpr (kFloat) {
+          WgmmaRegisterA<T, kTileChannels>(acc, a_fragment[step], b + 2 * step);
+        } else {
+          Wgmma<T, kTileChannels>(acc, a + 2 * step, b + 2 * step);
+        }
       }
       WgmmaCommit();
       WgmmaWait<0>(acc);
@@ -329,11 +347,11 @@ GemmDims DimsOf(const ConvLayerProblem& problem) {
   return d;
 }
 
-template <typename T, int kTileChannels>
+template <typename T, int kTileChannels, bool kTf32Weights>
 absl::Status Launch(const ConvLayerProblem& problem, const ConvLayerBuffers& b, int splits,
                     cudaStream_t stream) {
   const GemmDims d = DimsOf(problem);
-  const auto kernel = ImplicitGemm<T, kTileChannels>;
+  const auto kernel = ImplicitGemm<T, kTileChannels, kTf32Weights>;
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(static_cast<unsigned>((d.pixels + kTilePixels - 1) / kTilePixels),
                         static_cast<unsigned>((d.k + kTileChannels - 1) / kTileChannels),
@@ -348,17 +366,17 @@ absl::Status Launch(const ConvLayerProblem& problem, const ConvLayerBuffers& b, 
   cudaLaunchAttribute attrs[2] = {};
   SetClusterAndDependentLaunch(static_cast<unsigned>(splits), attrs, &config);
   CUDA_RETURN_IF_ERROR(cudaLaunchKernelEx(&config, kernel, static_cast<const T*>(b.x),
-                                          static_cast<const T*>(b.w),
+                                          static_cast<const T*>(kTf32Weights ? b.w_tf32 : b.w),
                                           static_cast<const T*>(b.bias), static_cast<T*>(b.y), d,
                                           problem.activation));
   return absl::OkStatus();
 }
 
-template <typename T>
+template <typename T, bool kTf32Weights = false>
 absl::Status DispatchTile(const ConvLayerProblem& problem, const ConvLayerBuffers& b,
                           int64_t tile_channels, int splits, cudaStream_t stream) {
-  if (tile_channels == 64) return Launch<T, 64>(problem, b, splits, stream);
-  return Launch<T, 32>(problem, b, splits, stream);
+  if (tile_channels == 64) return Launch<T, 64, kTf32Weights>(problem, b, splits, stream);
+  return Launch<T, 32, kTf32Weights>(problem, b, splits, stream);
 }
 
 }  // namespace
@@ -385,6 +403,10 @@ absl::Status LaunchDirectGemm(const ConvLayerProblem& problem, const EngineConfi
       return DispatchTile<__nv_bfloat16>(problem, buffers, tile_channels,
                                          static_cast<int>(splits), stream);
     case DType::kFloat32:
+      if (buffers.w_tf32 != nullptr) {
+        return DispatchTile<float, true>(problem, buffers, tile_channels,
+                                         static_cast<int>(splits), stream);
+      }
       return DispatchTile<float>(problem, buffers, tile_channels, static_cast<int>(splits),
                                  stream);
   }

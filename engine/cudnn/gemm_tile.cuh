@@ -57,12 +57,14 @@ template <typename T>
   return row * kChunk<T> + (segment ^ ((row >> 1) & 3)) * kSegmentElements<T>;
 }
 
-// Whether a group multiplies with wgmma (sm_90a code, 16-bit types) or
-// mma.sync. float stays on mma.sync: wgmma's TF32 drops a float's low 13
-// bits, and rounding the stage in shared memory first made float32 layers
-// 0.1-0.5 us slower on an H100 than mma.sync with rounded fragments.
-template <typename T>
-constexpr bool kWarpgroupMma = CONVSERVE_WGMMA && !std::is_same_v<T, float>;
+// Whether a group multiplies with wgmma (sm_90a code) or mma.sync. float
+// needs its weights rounded to TF32 beforehand for wgmma (`kTf32Weights`,
+// ConvLayerBuffers::w_tf32): wgmma drops a float's low 13 bits, and
+// rounding the stage in shared memory made float32 layers slower than
+// mma.sync with rounded fragments (docs/cudnn.md).
+template <typename T, bool kTf32Weights>
+constexpr bool kWarpgroupMma =
+    CONVSERVE_WGMMA && (!std::is_same_v<T, float> || kTf32Weights);
 
 // A group's step in a stage: 64 pixel rows, then kTileChannels weight rows.
 template <typename T, int kTileChannels>

@@ -73,14 +73,16 @@ __device__ inline void WgmmaWait(float (&d)[kBlocks][4]) {
 }
 
 // d += A * B^T over 32 bytes (16 elements) of the reduction, m64nNk16, for
-// float16 and bfloat16 (float stays on mma.sync: wgmma's TF32 would drop a
-// float's low 13 bits unrounded). a and b are WgmmaDescriptor64B
-// descriptors; both operands K-major.
+// float16 and bfloat16. a and b are WgmmaDescriptor64B descriptors; both
+// operands K-major.
 template <typename T, int N>
 __device__ inline void Wgmma(float (&d)[N / 8][4], uint64_t a, uint64_t b);
 // The same with A from registers (`a`: this thread's m64k16 fragment, laid
 // out as mma.sync m16n8k16's A for its warp's 16 rows, which is also how
-// the accumulators of two adjacent n8 blocks lie once packed in pairs).
+// the accumulators of two adjacent n8 blocks lie once packed in pairs);
+// for float, m64nNk8 in TF32 over 32 bytes (8 elements), `a` laid out as
+// mma.sync m16n8k8's and already rounded (RoundToTf32), as must B be: wgmma
+// would drop a float's low 13 bits unrounded.
 // `a` must stay unchanged until the batch is waited for.
 // With `accumulate` false, d = A * B (whatever d held).
 template <typename T, int N>
@@ -117,13 +119,16 @@ __device__ inline void WgmmaRegisterA(float (&d)[N / 8][4], const unsigned (&a)[
                  : kD                                                                     \
                  : "l"(a), "l"(b), "r"(1));                                               \
   }
-#define CONVSERVE_WGMMA_REGISTER_A(T, kType, kN, kD, kRegs, kA0, kA1, kA2, kA3, kB, kOne)       \
+// kShape and kScales: the instruction's k and types, and the immediates
+// after the predicate (no transpose of B for TF32).
+#define CONVSERVE_WGMMA_REGISTER_A(T, kShape, kScales, kN, kD, kRegs, kA0, kA1, kA2, kA3, kB,   \
+                                   kOne)                                                      \
   template <>                                                                                 \
   __device__ inline void WgmmaRegisterA<T, kN>(float(&d)[kN / 8][4], const unsigned(&a)[4],   \
                                                uint64_t b, bool accumulate) {                 \
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #kOne ", 0;\n"                           \
-                 "wgmma.mma_async.sync.aligned.m64n" #kN "k16.f32." kType "." kType " " kRegs     \
-                 ", {%" #kA0 ", %" #kA1 ", %" #kA2 ", %" #kA3 "}, %" #kB ", p, 1, 1, 0;\n}\n"       \
+                 "wgmma.mma_async.sync.aligned.m64n" #kN kShape " " kRegs ", {%" #kA0          \
+                 ", %" #kA1 ", %" #kA2 ", %" #kA3 "}, %" #kB ", p, " kScales ";\n}\n"           \
                  : kD                                                                         \
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate ? 1 : 0)); \
   }
@@ -133,14 +138,18 @@ CONVSERVE_WGMMA_DESCRIPTORS(__nv_bfloat16, "bf16", 32, CONVSERVE_WGMMA_D4, CONVS
                             17, 18)
 CONVSERVE_WGMMA_DESCRIPTORS(__nv_bfloat16, "bf16", 64, CONVSERVE_WGMMA_D8, CONVSERVE_WGMMA_REGS8, 32,
                             33, 34)
-CONVSERVE_WGMMA_REGISTER_A(__half, "f16", 32, CONVSERVE_WGMMA_D4, CONVSERVE_WGMMA_REGS4, 16, 17, 18,
-                           19, 20, 21)
-CONVSERVE_WGMMA_REGISTER_A(__half, "f16", 64, CONVSERVE_WGMMA_D8, CONVSERVE_WGMMA_REGS8, 32, 33, 34,
-                           35, 36, 37)
-CONVSERVE_WGMMA_REGISTER_A(__nv_bfloat16, "bf16", 32, CONVSERVE_WGMMA_D4, CONVSERVE_WGMMA_REGS4, 16,
-                           17, 18, 19, 20, 21)
-CONVSERVE_WGMMA_REGISTER_A(__nv_bfloat16, "bf16", 64, CONVSERVE_WGMMA_D8, CONVSERVE_WGMMA_REGS8, 32,
-                           33, 34, 35, 36, 37)
+CONVSERVE_WGMMA_REGISTER_A(__half, "k16.f32.f16.f16", "1, 1, 0", 32, CONVSERVE_WGMMA_D4,
+                           CONVSERVE_WGMMA_REGS4, 16, 17, 18, 19, 20, 21)
+CONVSERVE_WGMMA_REGISTER_A(__half, "k16.f32.f16.f16", "1, 1, 0", 64, CONVSERVE_WGMMA_D8,
+                           CONVSERVE_WGMMA_REGS8, 32, 33, 34, 35, 36, 37)
+CONVSERVE_WGMMA_REGISTER_A(__nv_bfloat16, "k16.f32.bf16.bf16", "1, 1, 0", 32, CONVSERVE_WGMMA_D4,
+                           CONVSERVE_WGMMA_REGS4, 16, 17, 18, 19, 20, 21)
+CONVSERVE_WGMMA_REGISTER_A(__nv_bfloat16, "k16.f32.bf16.bf16", "1, 1, 0", 64, CONVSERVE_WGMMA_D8,
+                           CONVSERVE_WGMMA_REGS8, 32, 33, 34, 35, 36, 37)
+CONVSERVE_WGMMA_REGISTER_A(float, "k8.f32.tf32.tf32", "1, 1", 32, CONVSERVE_WGMMA_D4,
+                           CONVSERVE_WGMMA_REGS4, 16, 17, 18, 19, 20, 21)
+CONVSERVE_WGMMA_REGISTER_A(float, "k8.f32.tf32.tf32", "1, 1", 64, CONVSERVE_WGMMA_D8,
+                           CONVSERVE_WGMMA_REGS8, 32, 33, 34, 35, 36, 37)
 #undef CONVSERVE_WGMMA_DESCRIPTORS
 #undef CONVSERVE_WGMMA_REGISTER_A
 #undef CONVSERVE_WGMMA_D4
