@@ -17,11 +17,7 @@
 // registers, loaded with ldmatrix and rounded there. Other float layers,
 // and the compute_90 PTX newer GPUs JIT, have each warp load fragments with
 // ldmatrix and run mma.sync m16n8k16 (m16n8k8 TF32), 8 or 16 of them a step
-// (tensor_core.cuh, Mma).
-// wgmma cut the kernel's instructions by only 1-5% on batch-1 1x1 layers
-// (ncu): most were outside the multiply, in the setup's divisions by layer
-// sizes (now FastDivisor, GemmDims), the copies' address arithmetic and the
-// epilogue's sums.
+// (tensor_core.cuh, Mma). docs/cudnn.md has what wgmma won and cost.
 //
 // The layers this engine is for have few output tiles and long reductions,
 // and with one warp per scheduler a block issued an instruction every 5
