@@ -140,7 +140,8 @@ class PointwisePairTest : public CudnnDeviceTest {
     Shape output_shape;
     const std::vector<double> expected = NaiveForward(graph, c.input_shape, input, &output_shape);
     const size_t output_bytes = NumElements(output_shape) * DTypeSize(dtype);
-    absl::StatusOr<std::unique_ptr<DeviceWeights>> weights = DeviceWeights::Upload(graph, 0, /*tf32_copies=*/true);
+    absl::StatusOr<std::unique_ptr<DeviceWeights>> weights =
+        DeviceWeights::Upload(graph, 0, /*tf32_copies=*/true);
     absl::StatusOr<DeviceBuffer> x = DeviceBuffer::Create(input.size());
     absl::StatusOr<DeviceBuffer> y = DeviceBuffer::Create(output_bytes + kGuardBytes);
     absl::StatusOr<std::vector<PointwisePairGrid>> grids =

@@ -196,8 +196,8 @@ TEST(TensorTest, FloatToHalfRoundsEveryMidpointToNearestEven) {
 }
 
 TEST(TensorTest, RoundToTf32RoundsEveryMidpointToNearestEven) {
-  // TF32 neighbours lo and hi 2^-10 apart at every exponent, normal and
-  // subnormal, with odd and even last bits; mid is one bit past both.
+  // TF32 neighbours lo and hi (one TF32 step apart) at every exponent,
+  // normal and subnormal, with odd and even last bits; mid halfway between.
   for (uint32_t exponent = 0; exponent < 0xff; ++exponent) {
     for (uint32_t mantissa : {0x000u, 0x001u, 0x2aau, 0x3feu}) {
       const uint32_t lo = (exponent << 23) | (mantissa << 13);
