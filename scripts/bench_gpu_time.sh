@@ -19,7 +19,9 @@
 #
 # Variables: BUNDLE (bundle), OUT, PYTHON (python3), SELECTION (autotune, the
 # server's default engine selection), SAMPLES (15), RUNS (20),
-# CALLS_PER_GRAPH (10: layer calls captured into one graph on both sides; the
+# SHAPES (tests/bench/conv_shapes.csv) and BATCHES (1,32): the layers'
+# shapes and batch sizes, for both sides; CALLS_PER_GRAPH (10: layer calls
+# captured into one graph on both sides; the
 # per-call figure of a graph of one call is the host's replay rate for short
 # layers), REQUESTS (500),
 # PARTS ("layers stacks"), LAYER_TIMEOUT (200), TORCH_TIMEOUT (150),
@@ -36,6 +38,8 @@ selection="${SELECTION:-autotune}"
 samples="${SAMPLES:-15}"
 runs="${RUNS:-20}"
 calls_per_graph="${CALLS_PER_GRAPH:-10}"
+shapes="${SHAPES:-tests/bench/conv_shapes.csv}"
+batches="${BATCHES:-1,32}"
 requests="${REQUESTS:-500}"
 parts="${PARTS:-layers stacks}"
 given_ld="${LD_LIBRARY_PATH:-}"
@@ -147,12 +151,13 @@ if [[ " $parts " == *" layers "* ]]; then
   if have_binary conv_layer_bench; then
     step conv_layer_bench "${LAYER_TIMEOUT:-200}" "$out/ours_layers.csv" \
       env LD_LIBRARY_PATH="$ours_ld" "$bin/conv_layer_bench" --engine_selection="$selection" --samples="$samples" \
-      --runs_per_sample="$runs" --calls_per_graph="$calls_per_graph"
+      --runs_per_sample="$runs" --calls_per_graph="$calls_per_graph" --shapes="$shapes" \
+      --batches="$batches"
   fi
   if have_torch bench_pytorch; then
     step bench_pytorch "${TORCH_TIMEOUT:-150}" "$out/torch_layers.csv" \
       "$python" scripts/bench_pytorch.py --samples="$samples" --runs_per_sample="$runs" \
-      --calls_per_graph="$calls_per_graph"
+      --calls_per_graph="$calls_per_graph" --shapes="$shapes" --batches="$batches"
   fi
 fi
 
