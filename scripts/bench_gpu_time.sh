@@ -21,9 +21,8 @@
 # server's default engine selection), SAMPLES (15), RUNS (20),
 # SHAPES (tests/bench/conv_shapes.csv) and BATCHES (1,32): the layers'
 # shapes and batch sizes, for both sides; CALLS_PER_GRAPH (10: layer calls
-# captured into one graph on both sides; the
-# per-call figure of a graph of one call is the host's replay rate for short
-# layers), REQUESTS (500),
+# captured into one graph on both sides; the per-call figure of a graph of
+# one call is the host's replay rate for short layers), REQUESTS (500),
 # PARTS ("layers stacks"), LAYER_TIMEOUT (200), TORCH_TIMEOUT (150),
 # STACK_TIMEOUT (90), TORCH_STACK_TIMEOUT (90), and OURS_CUDNN, the cuDNN
 # our two programs load: "system" (the default: the loader's, through
