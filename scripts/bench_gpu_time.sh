@@ -4,7 +4,7 @@
 #   bash scripts/bench_gpu_time.sh
 # 1. layers: tests/bench/conv_layer_bench (ours) and scripts/bench_pytorch.py
 #    (PyTorch under CUDA-graph replay, eager as extra columns) on
-#    tests/bench/conv_shapes.csv, joined by scripts/bench_compare.py;
+#    tests/bench/conv_shapes.csv (or $SHAPES), joined by scripts/bench_compare.py;
 # 2. stacks: tests/bench/stack_bench (DevicePool, device-resident input and
 #    output) and scripts/bench_pytorch_stacks.py on the ResNet-50 bottleneck
 #    and MobileNetV2 stacks, N=1 and 32, float16 NHWC.
