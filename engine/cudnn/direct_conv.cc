@@ -115,9 +115,6 @@ std::string DirectPointwiseRejection(const ConvLayerProblem& problem) {
 }
 
 std::string DirectHaloRejection(const ConvLayerProblem& problem) {
-  if (problem.dtype != DType::kFloat16 && problem.dtype != DType::kBFloat16) {
-    return "the halo GEMM runs float16 and bfloat16 only";
-  }
   if (!problem.channels_last) return "the halo GEMM runs channels-last (NHWC) tensors only";
   if (!IsDense(problem) || problem.groups() != 1) {
     return "the halo GEMM runs dense 2-D convolutions only";
@@ -151,14 +148,18 @@ namespace {
 
 // The halo GEMM's configurations with the blocks each launches (all that
 // fit at once, one a tile at most; two an SM where the shared memory lets
-// them on an H100). On 256 channels the taps are split across
-// kDirectHaloSplit blocks (their weights fit no other way), listed where
-// the blocks of one a tile leave SMs idle; on fewer the split lost (3x3
-// 64 @ 56 and 128 @ 28 at batch 1, docs/cudnn.md) and is not listed.
+// them on an H100). Over kDirectHaloMaxUnsplitBytes of channels (256
+// 16-bit ones, 128 float) the taps are split across kDirectHaloSplit
+// blocks (their weights fit no other way), listed where the blocks of one
+// a tile leave SMs idle; on fewer the split lost (3x3 64 @ 56 and 128 @ 28
+// at batch 1 in float16, docs/cudnn.md) and is not listed.
 std::vector<std::pair<double, EngineConfigId>> HaloConfigs(const ConvLayerProblem& problem) {
   const int64_t k = problem.output[1];
   std::vector<std::pair<double, EngineConfigId>> configs;
-  const int64_t split = problem.input[1] > kDirectHaloMaxUnsplitChannels ? kDirectHaloSplit : 1;
+  const int64_t split =
+      problem.input[1] * static_cast<int64_t>(DTypeSize(problem.dtype)) > kDirectHaloMaxUnsplitBytes
+          ? kDirectHaloSplit
+          : 1;
   for (int64_t rows : kTileRowChoices) {
     const int64_t tiles = problem.output[0] * ((problem.output[2] + rows - 1) / rows) *
                           ((problem.output[3] + kDirectHaloTileColumns - 1) /

@@ -51,17 +51,16 @@
 // the bandwidth floor (ResNet-50's 64->64 and 64->256 at batch 32).
 //
 // Engine 4, the halo GEMM, for 3x3 convs with stride and dilation 1 (any
-// padding) on 32, 64, 128 or 256 channels (float16 or bfloat16,
-// channels-last) into K, a multiple of 32 (engine/cudnn/direct_halo.cu).
-// Blocks keep the weights of 32 or 64 output channels (knob 2) in shared
-// memory and loop over tiles of 4 or 8 output rows (knob 6) by
-// kDirectHaloTileColumns columns, copying the input a tile reads, with its
-// 1-pixel halo, once: its MMAs read each tap's A fragments from that copy,
-// so the input is read about 1.5 times instead of 9. For ResNet-50's 3x3
-// 64 @ 56. On 256 channels, for layers of few tiles (batch 1), knob 7
-// splits the taps across a cluster of 3 blocks, a kernel row each, which
-// add their sums through distributed shared memory: a third of the weights
-// a block, which then fit.
+// padding) on 32, 64, 128 or 256 channels (channels-last; float32 in TF32)
+// into K, a multiple of 32 (engine/cudnn/direct_halo.cu). Blocks keep the
+// weights of 32 or 64 output channels (knob 2) in shared memory and loop over
+// tiles of 4 or 8 output rows (knob 6) by kDirectHaloTileColumns columns,
+// copying the input a tile reads, with its 1-pixel halo, once: its MMAs read
+// each tap's A fragments from that copy, so the input is read about 1.5 times
+// instead of 9. For ResNet-50's 3x3 64 @ 56. On 256 channels (float32: 128),
+// for layers of few tiles (batch 1), knob 7 splits the taps across a cluster
+// of 3 blocks, a kernel row each, which add their sums through distributed
+// shared memory: a third of the weights a block, which then fit.
 //
 // On the direct path an EngineConfigId names our engine and its knobs in our
 // own numbering ("direct:e0:k0=2,k1=16", "direct:e1:k2=64,k3=4",
@@ -132,8 +131,9 @@ inline constexpr int64_t kDirectKnobTileRows = 6;
 // layers of few tiles; clusters need compute capability 9.0.
 inline constexpr int64_t kDirectKnobTapSplit = 7;
 inline constexpr int64_t kDirectHaloSplit = 3;
-// The halo GEMM's most input channels unsplit; more (256) run split only.
-inline constexpr int64_t kDirectHaloMaxUnsplitChannels = 128;
+// The halo GEMM's most bytes of a pixel's channels unsplit (128 16-bit
+// channels, 64 float); twice that (256, or 128 float) run split only.
+inline constexpr int64_t kDirectHaloMaxUnsplitBytes = 256;
 // The halo GEMM's output columns a tile (one warp's 16 MMA rows) and the
 // compute capability it needs (mma.sync). On 128 channels its 64-channel
 // tile of 8 rows is over kDirectMaxSharedBytes.
@@ -173,25 +173,26 @@ std::string DirectPointwiseRejection(const ConvLayerProblem& problem);
 // "runs" may have none (DirectConvConfigs).
 std::string DirectHaloRejection(const ConvLayerProblem& problem);
 // The shared memory a block of the halo GEMM takes on `c` input channels
-// (16-bit) with tiles of `rows` output rows by `channels` output channels,
-// its taps split across `split` blocks (1, or 3: a kernel row each): the
-// weights (9 / split taps of channels x c), two halos of rows + 2 (rows,
-// split) by kDirectHaloTileColumns + 2 pixels (rows of c + 8 elements), each
-// warp's 16 staged output rows (channels + 8 elements), the bias in float
-// and, split, a mailbox of each thread's float sums (channels / 2) and its
-// two 8-byte barriers.
+// of `element_bytes` each with tiles of `rows` output rows by `channels`
+// output channels, its taps split across `split` blocks (1, or 3: a kernel
+// row each): the weights (9 / split taps of channels x c), two halos of
+// rows + 2 (rows, split) by kDirectHaloTileColumns + 2 pixels (rows of c
+// elements and 16 bytes), each warp's 16 staged output rows (channels
+// elements and 16 bytes), the bias in float and, split, a mailbox of each
+// thread's float sums (channels / 2) and its two 8-byte barriers.
 constexpr int64_t DirectHaloSharedBytes(int64_t c, int64_t rows, int64_t channels,
-                                        int64_t split = 1) {
+                                        int64_t split = 1, int64_t element_bytes = 2) {
   const int64_t halo =
-      (split == 1 ? rows + 2 : rows) * (kDirectHaloTileColumns + 2) * (c + 8);
-  const int64_t staged = rows * 16 * (channels + 8);
+      (split == 1 ? rows + 2 : rows) * (kDirectHaloTileColumns + 2) * (c * element_bytes + 16);
+  const int64_t staged = rows * 16 * (channels * element_bytes + 16);
   const int64_t sums = split == 1 ? 0 : rows * 32 * (channels / 2);
-  return (9 / split * channels * c + 2 * halo + staged) * 2 + (channels + sums) * 4 +
+  return 9 / split * channels * c * element_bytes + 2 * halo + staged + (channels + sums) * 4 +
          (split == 1 ? 0 : 16);
 }
 inline int64_t DirectHaloSharedBytes(const ConvLayerProblem& problem, int64_t rows,
                                      int64_t channels, int64_t split = 1) {
-  return DirectHaloSharedBytes(problem.input[1], rows, channels, split);
+  return DirectHaloSharedBytes(problem.input[1], rows, channels, split,
+                               static_cast<int64_t>(DTypeSize(problem.dtype)));
 }
 
 // Whether the direct path has an engine for `problem`'s kind of layer at all

@@ -1,40 +1,48 @@
-// The direct path's halo GEMM (engine 4 of engine/cudnn/direct_conv.h): a
-// 3x3 conv with stride and dilation 1 on 32, 64 or 128 channels, float16 or
-// bfloat16 channels-last. A block keeps the weights of its 32 or 64 output
-// channels (9 taps of [K][C]) and their bias in shared memory for its life
-// and loops over tiles of 4 or 8 output rows by 16 columns. For each tile
-// it copies the input the tile reads, its rows and columns plus a 1-pixel
-// halo (zeros outside the image), once (cp.async, the next tile's during
-// this one's MMAs); each warp owns one output row of the tile, 16 pixels,
-// and for each tap reads its A fragments from the halo with ldmatrix, whose
-// per-lane row addresses do the im2col for free. So the input is read from
-// global memory about 1.4-1.7 times, not 9 as a GEMM step per tap reads
-// it (engine 1). The MMAs are wgmma with A from registers on sm_90a (one
-// m64nK16 per 16 channels of a tap, the next tap's fragments loaded while
-// they run), mma.sync elsewhere; the epilogue (bias, activation, one
+// The direct path's halo GEMM (engine 4 of engine/cudnn/direct_conv.h): a 3x3
+// conv with stride and dilation 1 on 32, 64 or 128 channels, float16 or
+// bfloat16 channels-last, or float32 on 32 or 64 (in TF32). A block keeps the
+// weights of its 32 or 64 output channels (9 taps of [K][C]) and their bias in
+// shared memory for its life and loops over tiles of 4 or 8 output rows by 16
+// columns. For each tile it copies the input the tile reads, its rows and
+// columns plus a 1-pixel halo (zeros outside the image), once (cp.async, the
+// next tile's during this one's MMAs); each warp owns one output row of the
+// tile, 16 pixels, and for each tap reads its A fragments from the halo with
+// ldmatrix, whose per-lane row addresses do the im2col for free. So the input
+// is read from global memory about 1.4-1.7 times, not 9 as a GEMM step per tap
+// reads it (engine 1). The MMAs are wgmma with A from registers on sm_90a (one
+// m64nK per 32 bytes of a tap's channels, the next tap's fragments loaded
+// while they run), mma.sync elsewhere; the epilogue (bias, activation, one
 // rounding) and the staged 16-byte stores are the pointwise pair kernel's
 // (pointwise_pair_convs.cuh).
+//
+// Every address is worked out in bytes the same way for each dtype: a
+// float layer's C channels lie as a 16-bit layer's 2C would, and one MMA
+// takes 32 bytes of a tap's channels (k16, or k8 in TF32 with its A
+// fragments rounded in registers). Its weights must be rounded to TF32 in
+// shared memory too: the caller's rounded copy (ConvLayerBuffers::w_tf32)
+// is copied, or else the block rounds its copy once.
 //
 // It is for ResNet-50's 3x3 64 @ 56, where at batch 1 the implicit GEMM
 // took 4.8 us (cuDNN 5.0-5.4) and at batch 32 cuDNN's kernel ran at 32% of
 // its floor (docs/cudnn.md, "3x3 tiles with a halo").
 //
-// Split taps (knob 7, sm_90), for 256 input channels, whose 9 taps of
-// weights do not fit in shared memory: on a layer of few tiles (batch 1)
-// each of a cluster's 3 blocks (grid z) takes one kernel row's 3 taps: it
-// keeps their weights only, a third, and copies the tile's input rows
-// shifted by its kernel row, no halo rows. Block 2 sends its float sums
-// to block 1, which adds them to its own and sends those to block 0, which
-// adds them to its own (distributed shared memory, a fixed order) and
-// writes the tile. A tap's 256 channels are multiplied 128 at a time, so
-// that its A fragments fit in registers.
-// (On 64 and 128 channels the split lost to the whole window a block.)
+// Split taps (knob 7, sm_90), for 256 input channels (float32: 128), whose 9
+// taps of weights do not fit in shared memory: on a layer of few tiles (batch
+// 1) each of a cluster's 3 blocks (grid z) takes one kernel row's 3 taps: it
+// keeps their weights only, a third, and copies the tile's input rows shifted
+// by its kernel row, no halo rows. Block 2 sends its float sums to block 1,
+// which adds them to its own and sends those to block 0, which adds them to
+// its own (distributed shared memory, a fixed order) and writes the tile. A
+// tap's 512 bytes of channels are multiplied 256 bytes at a time, so that its
+// A fragments fit in registers.
+// (On 64 and 128 16-bit channels the split lost to the whole window a block.)
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include "absl/strings/str_cat.h"
 #include "engine/activation.h"
@@ -56,6 +64,13 @@ constexpr int kTaps = 3;  // R and S
 static_assert(kDirectHaloSplit == kTaps, "split taps: a kernel row a block");
 constexpr int kColumns = static_cast<int>(kDirectHaloTileColumns);
 constexpr int kHaloColumns = kColumns + kTaps - 1;
+// Elements of T in 16 bytes (a copy, an ldmatrix row, the rows' padding),
+// and in the 32 bytes of channels one MMA takes.
+template <typename T>
+constexpr int kVector = 16 / static_cast<int>(sizeof(T));
+template <typename T>
+constexpr int kMmaChannels = 2 * kVector<T>;
+static_assert(kVector<__half> == kPad, "DirectHaloSharedBytes pads rows by 16 bytes");
 
 // Where a tile's output starts: the image, its first row and column.
 struct HaloTile {
@@ -76,14 +91,14 @@ struct HaloTiles {
 };
 
 // A thread's part of each tile's input copy (kHaloRows rows of
-// kHaloColumns pixels, C channels each in rows of C + kPad elements, zeros
+// kHaloColumns pixels, C channels each in rows of C + kVector elements, zeros
 // outside the image): the same channel vector of the same halo pixels
 // every tile, so their rows, columns and offsets in x are worked out once.
 // kRows + 2 rows from the tile's first row less the padding, or with split
 // taps kRows from there plus the block's kernel row (`row_offset`).
 template <typename T, int kC, int kRows, int kHaloRows>
 struct HaloCopier {
-  static constexpr int kVectors = kC / 8, kRow = kC + kPad;
+  static constexpr int kVectors = kC / kVector<T>, kRow = kC + kVector<T>;
   static constexpr int kStride = 32 * kRows / kVectors;  // pixels between a thread's passes
   static constexpr int kPixels = kHaloRows * kHaloColumns;
   static constexpr int kPasses = (kPixels + kStride - 1) / kStride;
@@ -94,7 +109,7 @@ struct HaloCopier {
 
   __device__ HaloCopier(const DirectConvDims& d, int thread) {
     first = thread / kVectors;
-    const int c = (thread % kVectors) * 8;
+    const int c = (thread % kVectors) * kVector<T>;
     shared = first * kRow + c;
 #pragma unroll
     for (int i = 0; i < kPasses; ++i) {
@@ -128,31 +143,62 @@ __device__ inline const float (&ChunkOf(const float (&acc)[kKb / 8][4], int i))[
   return *reinterpret_cast<const float(*)[kM][4][4]>(&acc[4 * i]);
 }
 
+// A float tile's epilogue for the warp's 16 rows: bias and activation on
+// each accumulator, staged as float2 (rows of `pitch` floats from
+// `staged`) where thread (g, t) holds them: rows g and g + 8, columns 8f +
+// 2t and 8f + 2t + 1 of n8 block f.
+template <int kKb>
+struct FloatEpilogue {
+  const float (&acc)[kKb / 8][4];
+  const float* bias;  // shared memory, kKb floats
+  const Activation& activation;
+  float* staged;
+  int pitch, g, t;
+
+  template <ActivationKind K>
+  __device__ void Run() const {
+#pragma unroll
+    for (int f = 0; f < kKb / 8; ++f) {
+      const int column = 8 * f + 2 * t;
+      const float b0 = bias[column], b1 = bias[column + 1];
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        *reinterpret_cast<float2*>(staged + (g + 8 * half) * pitch + column) =
+            make_float2(Activate<K>(activation, acc[f][2 * half] + b0),
+                        Activate<K>(activation, acc[f][2 * half + 1] + b1));
+      }
+    }
+  }
+};
+
 // One tap's MMAs for the warp's 16 pixels (A fragments `a`) by the tap's
 // weights `w` (kKb rows, swizzled as SwizzledWeight lays them out: wgmma
 // reads them through descriptors, mma.sync's ldmatrix reads 8 rows of 16
 // bytes in 8 distinct bank groups): one wgmma batch, issued and not waited
 // for (`first`: d = A B), or mma.sync into `acc`.
 // `w_descriptor`: WgmmaDescriptor64B(w), whose address field moves 16
-// bytes a unit (a 32-element slice of kKb rows is kKb * 4 units).
+// bytes a unit (a 64-byte slice of kKb rows is kKb * 4 units).
 template <typename T, int kC, int kKb>
-__device__ inline void TapMmas(const unsigned (&a)[kC / 16][4], const T* w, uint64_t w_descriptor,
-                               bool first, int b_row, int b_column, float (&acc)[kKb / 8][4]) {
+__device__ inline void TapMmas(const unsigned (&a)[kC / kMmaChannels<T>][4], const T* w,
+                               uint64_t w_descriptor, bool first, int b_row, int b_column,
+                               float (&acc)[kKb / 8][4]) {
+  constexpr int kSteps = kC / kMmaChannels<T>;
   if constexpr (kWarpgroupPair) {
     WgmmaFence();
 #pragma unroll
-    for (int k = 0; k < kC / 16; ++k) {
+    for (int k = 0; k < kSteps; ++k) {
       WgmmaRegisterA<T, kKb>(acc, a[k], w_descriptor + (k / 2) * kKb * 4 + 2 * (k % 2),
                              !first || k > 0);
     }
     WgmmaCommit();
   } else {
 #pragma unroll
-    for (int k = 0; k < kC / 16; ++k) {
+    for (int k = 0; k < kSteps; ++k) {
 #pragma unroll
       for (int n = 0; n < kKb / 8; n += 2) {
         unsigned b[4];
-        LdMatrixX4(b, w + SwizzledWeight(kKb, n * 8 + b_row, k * 16 + b_column));
+        LdMatrixX4(b, w + SwizzledWeight<sizeof(T)>(kKb, n * 8 + b_row,
+                                                    k * kMmaChannels<T> + b_column));
         Mma<T>(acc[n], a[k], b[0], b[1]);
         Mma<T>(acc[n + 1], a[k], b[2], b[3]);
       }
@@ -208,27 +254,33 @@ __device__ inline void AddClusterSums(float (&acc)[kKb / 8][4], float* box, uint
 // kKb; kSplit: 1, or 3 blocks of a cluster (grid z) taking a kernel row's
 // taps each. Shared memory as DirectHaloSharedBytes counts it: the weights
 // (9 / kSplit taps of [kKb][kC], swizzled), two halo buffers, each warp's
-// staged rows [16][kKb + kPad], the bias in float and, split, the
-// mailbox of each thread's sums and its two barriers.
-static_assert(kPad == 8, "DirectHaloSharedBytes pads rows by 8 elements");
+// staged rows [16][kKb + kVector], the bias in float and, split, the
+// mailbox of each thread's sums and its two barriers. `round_weights`
+// (float only): the weights are rounded to TF32 once they are in.
 template <typename T, int kC, int kRows, int kKb, int kSplit>
 __global__ void __launch_bounds__(32 * kRows)
     HaloGemm(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ bias,
-             Activation activation, T* __restrict__ y, DirectConvDims d, HaloTiles tiling) {
+             Activation activation, T* __restrict__ y, DirectConvDims d, HaloTiles tiling,
+             bool round_weights) {
   static_assert(kSplit == 1 || kSplit == kTaps, "whole kernel rows a block");
-  // A tap's fragments are loaded kLoadC channels at a time (kParts loads).
-  constexpr int kLoadC = kC < 128 ? kC : 128, kParts = kC / kLoadC, kSteps = kLoadC / 16;
+  constexpr bool kFloat = std::is_same_v<T, float>;
+  // A tap's fragments are loaded at most 256 bytes of channels at a time
+  // (kLoadC channels, kParts loads, kSteps MMAs each).
+  constexpr int kLoadC = kC * sizeof(T) < 256 ? kC : 256 / sizeof(T), kParts = kC / kLoadC;
+  constexpr int kSteps = kLoadC / kMmaChannels<T>;
   constexpr int kBlockTaps = kTaps * kTaps / kSplit, kLoads = kBlockTaps * kParts;
   constexpr int kHaloRows = kSplit == 1 ? kRows + kTaps - 1 : kRows;
-  constexpr int kThreadCount = 32 * kRows, kRow = kC + kPad;
-  constexpr int kHaloPixels = kHaloRows * kHaloColumns, kStagedRow = kKb + kPad;
+  constexpr int kThreadCount = 32 * kRows, kRow = kC + kVector<T>;
+  constexpr int kHaloPixels = kHaloRows * kHaloColumns, kStagedRow = kKb + kVector<T>;
   static_assert(kRows % 4 == 0, "whole warpgroups");
   // The block's kernel row, split; its taps are kernel_row * 3 on.
   const int kernel_row = kSplit == 1 ? 0 : static_cast<int>(blockIdx.z);
-  const bool relu = activation.kind == ActivationKind::kRelu && activation.negative_slope == 0.f;
-  const float clip = activation.has_upper_clip ? activation.upper_clip : INFINITY;
+  // (16-bit: a plain or clipped ReLU on the rounded pairs)
+  [[maybe_unused]] const bool relu =
+      activation.kind == ActivationKind::kRelu && activation.negative_slope == 0.f;
+  [[maybe_unused]] const float clip = activation.has_upper_clip ? activation.upper_clip : INFINITY;
   // 1024: each tap's weights start on a 512-byte boundary (kKb * kC * 2
-  // bytes a tap), where wgmma's swizzle repeats.
+  // or 4 bytes a tap), where wgmma's swizzle repeats.
   extern __shared__ __align__(1024) unsigned char shared[];
   T* const shared_w = reinterpret_cast<T*>(shared);
   T* const shared_x = shared_w + kBlockTaps * kKb * kC;
@@ -239,12 +291,13 @@ __global__ void __launch_bounds__(32 * kRows)
 
   // The block's weights: KRSC in global memory, so output channel k's tap
   // (r, s) is C contiguous elements at ((k * 3 + r) * 3 + s) * C.
-  constexpr int kVectors = kC / 8;
+  constexpr int kVectors = kC / kVector<T>;
   for (int v = thread; v < kBlockTaps * kKb * kVectors; v += kThreadCount) {
-    const int c = (v % kVectors) * 8, row = (v / kVectors) % kKb, tap = v / (kVectors * kKb);
+    const int c = (v % kVectors) * kVector<T>, row = (v / kVectors) % kKb;
+    const int tap = v / (kVectors * kKb);
     T* const tap_w = shared_w + tap * kKb * kC;
     const int64_t first_tap = static_cast<int64_t>(first_channel + row) * kTaps * kTaps;
-    CopyAsync16(tap_w + SwizzledWeight(kKb, row, c),
+    CopyAsync16(tap_w + SwizzledWeight<sizeof(T)>(kKb, row, c),
                 w + (first_tap + kernel_row * kTaps + tap) * kC + c, true);
   }
   for (int i = thread; i < kKb; i += kThreadCount) {
@@ -272,12 +325,21 @@ __global__ void __launch_bounds__(32 * kRows)
   HaloTile here = tiling.At(tile);
   if (tile < tiles) copier.Copy(shared_x, x, d, here, kernel_row);
   AwaitFirstCopies();
-  // The weights' descriptor; a tap's are kKb * kC * 2 bytes on.
+  if constexpr (kFloat) {
+    if (round_weights) {
+      for (int i = thread; i < kBlockTaps * kKb * kC; i += kThreadCount) {
+        shared_w[i] = __uint_as_float(Tf32Bits(shared_w[i]));
+      }
+      if constexpr (kWarpgroupPair) FenceProxyAsyncShared();
+      __syncthreads();
+    }
+  }
+  // The weights' descriptor; a tap's are kKb * kC * sizeof(T) bytes on.
   const uint64_t w_descriptor = kWarpgroupPair ? WgmmaDescriptor64B(shared_w) : 0;
 
   const int g = lane >> 2, t = lane & 3;
-  const int a_row = lane & 15, a_column = (lane >> 4) * 8;
-  const int b_row = (lane & 7) + ((lane >> 4) << 3), b_column = ((lane >> 3) & 1) * 8;
+  const int a_row = lane & 15, a_column = (lane >> 4) * kVector<T>;
+  const int b_row = (lane & 7) + ((lane >> 4) << 3), b_column = ((lane >> 3) & 1) * kVector<T>;
   T* const staged = staged_all + warp * 16 * kStagedRow;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   if constexpr (kSplit > 1) AwaitPeerMailboxes();
@@ -293,15 +355,18 @@ __global__ void __launch_bounds__(32 * kRows)
     // a_row's pixel at tap (r, s) is halo pixel (warp + r, a_row + s).
     const T* const halo = shared_x + buffer * kHaloPixels * kRow +
                           (warp * kHaloColumns + a_row) * kRow + a_column;
-    // Load i: tap i / kParts, its channels from kLoadC * (i % kParts); its
-    // weights' first element (slices of 32 channels by kKb rows) and
-    // descriptor (16-byte units).
+    // Load i: tap i / kParts, its channels from kLoadC * (i % kParts),
+    // rounded to TF32 for float; its weights' first element (slices of 64
+    // bytes of channels by kKb rows) and descriptor (16-byte units).
     const auto load = [&](int i, unsigned(&a)[kSteps][4]) {
       const int tap = i / kParts;
       const T* const pixel = halo + ((tap / kTaps) * kHaloColumns + tap % kTaps) * kRow +
                              (i % kParts) * kLoadC;
 #pragma unroll
-      for (int s = 0; s < kSteps; ++s) LdMatrixX4(a[s], pixel + s * 16);
+      for (int s = 0; s < kSteps; ++s) {
+        LdMatrixX4(a[s], pixel + s * kMmaChannels<T>);
+        RoundToTf32<T>(a[s]);
+      }
     };
     const auto weights_of = [](int i) {
       return (i / kParts) * kKb * kC + (i % kParts) * kLoadC * kKb;
@@ -315,7 +380,8 @@ __global__ void __launch_bounds__(32 * kRows)
 #pragma unroll
       for (int i = 0; i < kLoads; ++i) {
         TapMmas<T, kLoadC, kKb>(a[i & 1], shared_w + weights_of(i),
-                                w_descriptor + weights_of(i) / 8, i == 0, b_row, b_column, acc);
+                                w_descriptor + weights_of(i) * static_cast<int>(sizeof(T)) / 16,
+                                i == 0, b_row, b_column, acc);
         if (i + 1 < kLoads) {
           if (i > 0) WgmmaWait<1>(acc);
           load(i + 1, a[(i + 1) & 1]);
@@ -349,17 +415,22 @@ __global__ void __launch_bounds__(32 * kRows)
     const int64_t valid = row < d.p ? min(kColumns, d.q - out.column) : 0;
     T* const y_row =
         y + ((static_cast<int64_t>(out.n) * d.p + row) * d.q + out.column) * d.k + first_channel;
+    if constexpr (kFloat) {
+      WithKind(activation, FloatEpilogue<kKb>{acc, shared_bias, activation, staged, kStagedRow,
+                                              g, t});
+    } else {
 #pragma unroll
-    for (int i = 0; i < kKb / 32; ++i) {
-      unsigned packed[kM][2][4];
-      if (relu) {
-        HiddenChunk(ChunkOf<kKb>(acc, i), shared_bias, 32 * i, t,
-                    PackRelu<T>{Pack<T>(clip, clip)}, packed);
-      } else {
-        WithKind(activation, HiddenEpilogue<T>{ChunkOf<kKb>(acc, i), packed, shared_bias,
-                                               activation, 32 * i, t});
+      for (int i = 0; i < kKb / 32; ++i) {
+        unsigned packed[kM][2][4];
+        if (relu) {
+          HiddenChunk(ChunkOf<kKb>(acc, i), shared_bias, 32 * i, t,
+                      PackRelu<T>{Pack<T>(clip, clip)}, packed);
+        } else {
+          WithKind(activation, HiddenEpilogue<T>{ChunkOf<kKb>(acc, i), packed, shared_bias,
+                                                 activation, 32 * i, t});
+        }
+        StageChunk<T>(packed, staged + 32 * i, kStagedRow, g, t);
       }
-      StageChunk<T>(packed, staged + 32 * i, kStagedRow, g, t);
     }
     __syncwarp();
     StoreStagedRows<T, kKb>(staged, kStagedRow, y_row, d.k, valid, lane);
@@ -372,7 +443,8 @@ template <typename T, int kC, int kRows, int kKb, int kSplit>
 absl::Status Launch(const ConvLayerProblem& problem, const ConvLayerBuffers& b,
                     cudaStream_t stream) {
   const auto kernel = HaloGemm<T, kC, kRows, kKb, kSplit>;
-  constexpr int bytes = static_cast<int>(DirectHaloSharedBytes(kC, kRows, kKb, kSplit));
+  constexpr int bytes =
+      static_cast<int>(DirectHaloSharedBytes(kC, kRows, kKb, kSplit, sizeof(T)));
   // Over the default 48 KiB; opted into once per device and thread.
   ASSIGN_OR_RETURN(const int per_sm,
                    PrepareKernel(reinterpret_cast<const void*>(kernel), 32 * kRows, bytes));
@@ -394,11 +466,15 @@ absl::Status Launch(const ConvLayerProblem& problem, const ConvLayerBuffers& b,
   config.stream = stream;
   cudaLaunchAttribute attrs[2] = {};
   SetClusterAndDependentLaunch(kSplit, attrs, &config);
+  // float: the weights' TF32 copy where the caller has one.
+  const bool rounded = std::is_same_v<T, float> && b.w_tf32 != nullptr;
   CUDA_RETURN_IF_ERROR(cudaLaunchKernelEx(
-      &config, kernel, static_cast<const T*>(b.x), static_cast<const T*>(b.w),
-      static_cast<const T*>(b.bias), problem.activation, static_cast<T*>(b.y), d,
+      &config, kernel, static_cast<const T*>(b.x),
+      static_cast<const T*>(rounded ? b.w_tf32 : b.w), static_cast<const T*>(b.bias),
+      problem.activation, static_cast<T*>(b.y), d,
       pair_kernel::HaloTiles{FastDivisor::Of((d.q + kColumns - 1) / kColumns),
-                             FastDivisor::Of((d.p + kRows - 1) / kRows), kRows}));
+                             FastDivisor::Of((d.p + kRows - 1) / kRows), kRows},
+      std::is_same_v<T, float> && !rounded));
   return absl::OkStatus();
 }
 
@@ -407,7 +483,8 @@ absl::Status Launch(const ConvLayerProblem& problem, const ConvLayerBuffers& b,
 template <typename T, int kC, int kRows, int kKb, int kSplit>
 absl::Status LaunchIfItFits(const ConvLayerProblem& problem, const ConvLayerBuffers& b,
                             cudaStream_t stream) {
-  if constexpr (DirectHaloSharedBytes(kC, kRows, kKb, kSplit) <= kDirectMaxSharedBytes) {
+  if constexpr (DirectHaloSharedBytes(kC, kRows, kKb, kSplit, sizeof(T)) <=
+                kDirectMaxSharedBytes) {
     return Launch<T, kC, kRows, kKb, kSplit>(problem, b, stream);
   } else {
     return absl::InvalidArgumentError(
@@ -428,23 +505,30 @@ absl::Status DispatchTile(const ConvLayerProblem& problem, const ConvLayerBuffer
       absl::StrCat("the halo GEMM has no tile of ", rows, " rows by ", channels, " channels"));
 }
 
-// 32, 64 or 128 input channels unsplit, 256 split (the configurations
+// Unsplit on 32 input channels up to kDirectHaloMaxUnsplitBytes of them (128
+// of 16 bits, 64 float), split on twice that (the configurations
 // DirectConvConfigs lists).
 template <typename T>
 absl::Status DispatchChannels(const ConvLayerProblem& problem, const ConvLayerBuffers& b,
                               int64_t rows, int64_t channels, int64_t split,
                               cudaStream_t stream) {
+  constexpr int kWidest = static_cast<int>(kDirectHaloMaxUnsplitBytes / sizeof(T));
   if (split == 1) {
     switch (problem.input[1]) {
       case 32: return DispatchTile<T, 32, 1>(problem, b, rows, channels, stream);
       case 64: return DispatchTile<T, 64, 1>(problem, b, rows, channels, stream);
-      case 128: return DispatchTile<T, 128, 1>(problem, b, rows, channels, stream);
+      case 128:
+        if constexpr (kWidest >= 128) {
+          return DispatchTile<T, 128, 1>(problem, b, rows, channels, stream);
+        }
+        break;
     }
-  } else if (problem.input[1] == 256) {
-    return DispatchTile<T, 256, kTaps>(problem, b, rows, channels, stream);
+  } else if (problem.input[1] == 2 * kWidest) {
+    return DispatchTile<T, 2 * kWidest, kTaps>(problem, b, rows, channels, stream);
   }
-  return absl::InvalidArgumentError(
-      "the halo GEMM is built for 32, 64 or 128 input channels, or 256 with the taps split");
+  return absl::InvalidArgumentError(absl::StrCat(
+      "the halo GEMM is built for 32 to ", kWidest, " input channels of ", sizeof(T),
+      " bytes, or ", 2 * kWidest, " with the taps split"));
 }
 
 }  // namespace
@@ -488,9 +572,10 @@ absl::Status LaunchDirectHalo(const ConvLayerProblem& problem, const EngineConfi
       return pair_kernel::DispatchChannels<__nv_bfloat16>(problem, buffers, rows, channels,
                                                           split, stream);
     case DType::kFloat32:
-      break;
+      return pair_kernel::DispatchChannels<float>(problem, buffers, rows, channels, split,
+                                                  stream);
   }
-  return absl::InvalidArgumentError("the direct halo GEMM runs float16 and bfloat16 only");
+  return absl::InvalidArgumentError("the direct halo GEMM: unknown dtype");
 }
 
 }  // namespace convserve

@@ -30,7 +30,7 @@ constexpr DirectEngineNeeds kDirectEngineNeeds[] = {
     {kDirectNarrowEngine, "the narrow GEMM", "mma.sync", kDirectNarrowComputeCapability, true},
     {kDirectPointwiseEngine, "the pointwise GEMM", "mma.sync", kDirectPointwiseComputeCapability,
      false},
-    {kDirectHaloEngine, "the halo GEMM", "mma.sync", kDirectHaloComputeCapability, false},
+    {kDirectHaloEngine, "the halo GEMM", "mma.sync", kDirectHaloComputeCapability, true},
 };
 
 const DirectEngineNeeds* DirectNeedsOf(const EngineConfigId& id) {

@@ -107,11 +107,14 @@ struct HiddenEpilogue {
 constexpr bool kWarpgroupPair = CONVSERVE_WGMMA;
 
 // Where element k of row `row` of a weight matrix with `rows` rows sits in
-// shared memory for wgmma: in slices of 32 elements of the reduction
-// (64 bytes), each slice `rows` rows of 64 bytes whose 16-byte segments
-// are XOR-swizzled as WgmmaDescriptor64B reads them.
+// shared memory for wgmma: in slices of 64 bytes of the reduction (32
+// elements of 2 bytes, 16 floats), each slice `rows` rows of 64 bytes
+// whose 16-byte segments are XOR-swizzled as WgmmaDescriptor64B reads them.
+template <int kElementBytes = 2>
 __device__ inline int SwizzledWeight(int rows, int row, int k) {
-  return (k / 32) * rows * 32 + row * 32 + (((k % 32) / 8) ^ ((row >> 1) & 3)) * 8 + k % 8;
+  constexpr int kSlice = 64 / kElementBytes, kSegment = 16 / kElementBytes;
+  return (k / kSlice) * rows * kSlice + row * kSlice +
+         (((k % kSlice) / kSegment) ^ ((row >> 1) & 3)) * kSegment + k % kSegment;
 }
 
 // Copies tile `tile` of x (kTile pixels of C0 channels) into input buffer

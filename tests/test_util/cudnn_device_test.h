@@ -235,14 +235,15 @@ class CudnnDeviceTest : public ::testing::Test {
     return RunWorkspaceFreeConfigs(layer, configs, TensorCoreBound(c.dtype), c.Describe());
   }
 
-  // ResNet-50's layers `cases(batch, dtype)` at batch 1 and 2, float16 and
-  // bfloat16, through `check(c, rng)` (which returns the largest relative
+  // ResNet-50's layers `cases(batch, dtype)` at batch 1 and 2, in each of
+  // `dtypes`, through `check(c, rng)` (which returns the largest relative
   // L2 error), each printed as "`label` NAME DTYPE N=n max relative L2 e";
   // stops at the first failure.
   template <typename Cases, typename Check>
-  void CheckResNetCases(const char* label, const Cases& cases, const Check& check) {
+  void CheckResNetCases(const char* label, const Cases& cases, const Check& check,
+                        const std::vector<DType>& dtypes = {DType::kFloat16, DType::kBFloat16}) {
     std::mt19937_64 rng(7);
-    for (DType dtype : {DType::kFloat16, DType::kBFloat16}) {
+    for (DType dtype : dtypes) {
       for (int64_t batch : {1, 2}) {
         for (const LayerCase& c : cases(batch, dtype)) {
           const double error = check(c, &rng);

@@ -223,9 +223,6 @@ TEST(DirectResidentWeightsTest, ThreeByThreeLayersOnFewChannelsHaveTheHaloGemm) 
     return DirectHaloRejection(q);
   };
   ConvLayerProblem q = ThreeByThree(1);
-  q.dtype = DType::kFloat32;
-  EXPECT_EQ(rejection(q), "the halo GEMM runs float16 and bfloat16 only");
-  q = ThreeByThree(1);
   q.input[1] = q.weights[1] = 96;
   EXPECT_EQ(rejection(q),
             "the halo GEMM is built for 32, 64, 128 or 256 input channels (have 96)");
@@ -264,6 +261,57 @@ TEST(DirectResidentWeightsTest, ThreeByThreeLayersOnFewChannelsHaveTheHaloGemm) 
   EXPECT_EQ(ConfigRejection(EngineSelection(), target, p, ConfigId("direct:e4:k2=32,k6=4,k7=3")),
             "the halo GEMM's split taps need thread-block clusters (compute capability 9.0; "
             "this GPU has 8.0)");
+}
+
+// float32 (in TF32): the same tiles where a pixel's channels take twice
+// the bytes, so the split starts at 128 channels and 256 fit no tile.
+TEST(DirectResidentWeightsTest, FloatThreeByThreeLayersHaveTheHaloGemmInTf32) {
+  ConvLayerProblem p = ThreeByThree(1);
+  p.dtype = DType::kFloat32;
+  EXPECT_EQ(DirectHaloRejection(p), "");
+  // 64 channels: 9 taps of 32 x 64 float weights, two halos of 6 x 18
+  // pixels (rows of 64 floats and 16 bytes), 4 warps' 16 staged rows of 32
+  // floats and 16 bytes, 32 float biases. 8 rows of 64 output channels do
+  // not fit.
+  EXPECT_EQ(DirectHaloSharedBytes(p, 4, 32),
+            9 * 32 * 64 * 4 + 2 * 6 * 18 * 272 + 4 * 16 * 144 + 32 * 4);
+  EXPECT_GT(DirectHaloSharedBytes(p, 8, 64), kDirectMaxSharedBytes);
+  std::vector<std::string> names = DirectConfigNames(p);
+  names.erase(std::remove_if(names.begin(), names.end(),
+                             [](const std::string& n) { return n.rfind("direct:e4:", 0); }),
+              names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"direct:e4:k2=32,k6=4", "direct:e4:k2=64,k6=4",
+                                             "direct:e4:k2=32,k6=8"}));
+  // 128 channels (3x3 128 @ 28 at batch 1: 14 tiles of 4 rows): split
+  // only, and only the 4-row tiles fit.
+  ConvLayerProblem split = Layer({1, 128, 28, 28}, {128, 128, 3, 3});
+  split.dtype = DType::kFloat32;
+  EXPECT_EQ(DirectHaloSharedBytes(split, 4, 32, 3),
+            3 * 32 * 128 * 4 + 2 * 4 * 18 * 528 + 4 * 16 * 144 + (32 + 128 * 16) * 4 + 16);
+  EXPECT_GT(DirectHaloSharedBytes(split, 4, 32), kDirectMaxSharedBytes);
+  EXPECT_GT(DirectHaloSharedBytes(split, 8, 32, 3), kDirectMaxSharedBytes);
+  names = DirectConfigNames(split);
+  names.erase(std::remove_if(names.begin(), names.end(),
+                             [](const std::string& n) { return n.rfind("direct:e4:", 0); }),
+              names.end());
+  EXPECT_EQ(names,
+            (std::vector<std::string>{"direct:e4:k2=32,k6=4,k7=3", "direct:e4:k2=64,k6=4,k7=3"}));
+  // 256 channels: even split, no tile fits; the implicit GEMM runs it.
+  ConvLayerProblem wide = Layer({1, 256, 14, 14}, {256, 256, 3, 3});
+  wide.dtype = DType::kFloat32;
+  EXPECT_EQ(DirectHaloRejection(wide), "");
+  EXPECT_GT(DirectHaloSharedBytes(wide, 4, 32, 3), kDirectMaxSharedBytes);
+  for (const EngineConfigId& id : DirectConvConfigs(wide)) {
+    EXPECT_NE(id.engine, kDirectHaloEngine) << id.ToString();
+  }
+  // --strict_float32 refuses it, as every TF32 engine.
+  EngineSelection strict;
+  strict.strict_float32 = true;
+  CudnnTarget target;
+  target.compute_capability = 90;
+  EXPECT_EQ(ConfigRejection(strict, target, p, ConfigId("direct:e4:k2=32,k6=4")),
+            "the halo GEMM multiplies float32 in TF32 (--strict_float32)");
+  EXPECT_EQ(ConfigRejection(EngineSelection(), target, p, ConfigId("direct:e4:k2=32,k6=4")), "");
 }
 
 }  // namespace
