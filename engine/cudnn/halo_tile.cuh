@@ -104,7 +104,7 @@ __device__ inline const float (&ChunkOf(const float (&acc)[kKb / 8][4], int i))[
 }
 
 // A float tile's epilogue for the warp's 16 rows: bias and activation on
-// each accumulator, staged as float2 (rows of `pitch` floats from
+// each accumulator, staged in pairs (StoreTwo; rows of `pitch` floats from
 // `staged`) where thread (g, t) holds them: rows g and g + 8, columns 8f +
 // 2t and 8f + 2t + 1 of n8 block f.
 template <int kKb>
@@ -123,8 +123,8 @@ struct FloatEpilogue {
       const float b0 = bias[column], b1 = bias[column + 1];
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
-        *reinterpret_cast<float2*>(staged + (g + 8 * half) * pitch + column) =
-            make_float2(Activate<K>(activation, acc[f][2 * half] + b0),
+        StoreTwo<float>(staged + (g + 8 * half) * pitch + column,
+                        Activate<K>(activation, acc[f][2 * half] + b0),
                         Activate<K>(activation, acc[f][2 * half + 1] + b1));
       }
     }
