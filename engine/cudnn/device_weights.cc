@@ -36,11 +36,9 @@ absl::StatusOr<std::unique_ptr<DeviceWeights>> DeviceWeights::Upload(const Graph
       ASSIGN_OR_RETURN(tf32, Copy(rounded.data(), rounded.size() * sizeof(float)));
       uploaded->bytes_ += static_cast<int64_t>(layer.weights.size());
     }
-    ASSIGN_OR_RETURN(DeviceBuffer b, DeviceBuffer::Create(layer.bias.size()));
-    if (!layer.bias.empty()) {
-      CUDA_RETURN_IF_ERROR(
-          cudaMemcpy(b.data(), layer.bias.data(), layer.bias.size(), cudaMemcpyHostToDevice));
-    }
+    ASSIGN_OR_RETURN(DeviceBuffer b, layer.bias.empty()
+                                         ? DeviceBuffer::Create(0)
+                                         : Copy(layer.bias.data(), layer.bias.size()));
     uploaded->bytes_ += static_cast<int64_t>(layer.weights.size() + layer.bias.size());
     uploaded->weights_.push_back(std::move(w));
     uploaded->tf32_weights_.push_back(std::move(tf32));
@@ -59,6 +57,7 @@ DeviceWeights::~DeviceWeights() {
   cudaGetDevice(&current);
   cudaSetDevice(device_);
   weights_.clear();
+  tf32_weights_.clear();
   biases_.clear();
   cudaSetDevice(current);
 }
