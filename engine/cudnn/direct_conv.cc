@@ -152,7 +152,8 @@ namespace {
 // 16-bit ones, 128 float) the taps are split across kDirectHaloSplit
 // blocks (their weights fit no other way), listed where the blocks of one
 // a tile leave SMs idle; on fewer the split lost (3x3 64 @ 56 and 128 @ 28
-// at batch 1 in float16, docs/cudnn.md) and is not listed.
+// at batch 1 in float16, docs/cudnn.md) and is not listed. Split tiles
+// whose two halo buffers do not fit are listed with one (DirectHaloBuffers).
 std::vector<std::pair<double, EngineConfigId>> HaloConfigs(const ConvLayerProblem& problem) {
   const int64_t k = problem.output[1];
   std::vector<std::pair<double, EngineConfigId>> configs;
@@ -165,16 +166,19 @@ std::vector<std::pair<double, EngineConfigId>> HaloConfigs(const ConvLayerProble
                           ((problem.output[3] + kDirectHaloTileColumns - 1) /
                            kDirectHaloTileColumns);
     for (int64_t channels : kTileChannelChoices) {
-      const int64_t bytes = DirectHaloSharedBytes(problem, rows, channels, split);
-      if (k % channels != 0 || bytes > kDirectMaxSharedBytes ||
+      const int64_t buffers = DirectHaloBuffers(problem.input[1], rows, channels, split,
+                                                static_cast<int64_t>(DTypeSize(problem.dtype)));
+      if (k % channels != 0 || buffers == 0 ||
           (split > 1 && tiles * (k / channels) >= kBlocksGuess)) {
         continue;
       }
+      const int64_t bytes = DirectHaloSharedBytes(problem, rows, channels, split, buffers);
       EngineConfigId id;
       id.path = LayerPath::kDirect;
       id.engine = kDirectHaloEngine;
       id.knobs = {{kDirectKnobTileChannels, channels}, {kDirectKnobTileRows, rows}};
       if (split > 1) id.knobs.push_back({kDirectKnobTapSplit, split});
+      if (buffers == 1) id.knobs.push_back({kDirectKnobHaloBuffers, 1});
       const int64_t per_sm = std::min<int64_t>(2, kDirectSharedBytesPerSm / (bytes + 1024));
       configs.emplace_back(static_cast<double>(std::min<int64_t>(
                                tiles * (k / channels) * split, per_sm * kBlocksGuess)),

@@ -57,14 +57,18 @@
 // tiles of 4 or 8 output rows (knob 6) by kDirectHaloTileColumns columns,
 // copying the input a tile reads, with its 1-pixel halo, once: its MMAs read
 // each tap's A fragments from that copy, so the input is read about 1.5 times
-// instead of 9. For ResNet-50's 3x3 64 @ 56. On 256 channels (float32: 128),
-// for layers of few tiles (batch 1), knob 7 splits the taps across a cluster
-// of 3 blocks, a kernel row each, which add their sums through distributed
-// shared memory: a third of the weights a block, which then fit.
+// instead of 9. For ResNet-50's 3x3 64 @ 56. On 256 channels (float32: 128
+// and 256), for layers of few tiles (batch 1), knob 7 splits the taps across
+// a cluster of 3 blocks, a kernel row each, which add their sums through
+// distributed shared memory: a third of the weights a block, which then fit.
+// Split tiles whose two halo buffers do not fit run with one (knob 9): the
+// next tile's copy then waits for this tile's MMAs. So float32 256 fits,
+// and 8-row tiles on 256 16-bit or 128 float32 channels.
 //
 // On the direct path an EngineConfigId names our engine and its knobs in our
 // own numbering ("direct:e0:k0=2,k1=16", "direct:e1:k2=64,k3=4",
-// "direct:e2:k4=128,k8=16", "direct:e3:k5=2", "direct:e4:k2=64,k6=4,k7=3").
+// "direct:e2:k4=128,k8=16", "direct:e3:k5=2", "direct:e4:k2=64,k6=4,k7=3",
+// "direct:e4:k2=32,k6=4,k7=3,k9=1").
 // This file is the part that needs no GPU (which problems and
 // configurations exist); the kernels are in direct_conv_kernel.h.
 #ifndef CONVSERVE_ENGINE_CUDNN_DIRECT_CONV_H_
@@ -81,12 +85,12 @@
 namespace convserve {
 
 // The direct path's revision, in the plan store's policy key: raised with
-// each engine or configuration added, or an engine made faster (now 9:
-// engines 0-4, engine 3's output-channel slices, engine 4's split taps,
-// engine 2's warps of 16 pixels and engine 1's cluster mailbox), so that
-// engine choices stored by an older server, which never raced the new ones,
-// are searched again.
-inline constexpr int kDirectPathRevision = 9;
+// each engine or configuration added, or an engine made faster (now 10:
+// engines 0-4, engine 3's output-channel slices, engine 4's split taps and
+// one-buffer tiles, engine 2's warps of 16 pixels and engine 1's cluster
+// mailbox), so that engine choices stored by an older server, which never
+// raced the new ones, are searched again.
+inline constexpr int kDirectPathRevision = 10;
 inline constexpr int64_t kDirectDepthwiseEngine = 0;
 inline constexpr int64_t kDirectKnobColumns = 0;
 inline constexpr int64_t kDirectKnobVectorBytes = 1;
@@ -131,6 +135,9 @@ inline constexpr int64_t kDirectKnobTileRows = 6;
 // layers of few tiles; clusters need compute capability 9.0.
 inline constexpr int64_t kDirectKnobTapSplit = 7;
 inline constexpr int64_t kDirectHaloSplit = 3;
+// Knob 9: the halo GEMM's halo buffers, 1 (left out: 2, one tile's input
+// copied while the previous tile's MMAs run).
+inline constexpr int64_t kDirectKnobHaloBuffers = 9;
 // The halo GEMM's most bytes of a pixel's channels unsplit (128 16-bit
 // channels, 64 float); twice that (256, or 128 float) run split only.
 inline constexpr int64_t kDirectHaloMaxUnsplitBytes = 256;
@@ -175,24 +182,38 @@ std::string DirectHaloRejection(const ConvLayerProblem& problem);
 // The shared memory a block of the halo GEMM takes on `c` input channels
 // of `element_bytes` each with tiles of `rows` output rows by `channels`
 // output channels, its taps split across `split` blocks (1, or 3: a kernel
-// row each): the weights (9 / split taps of channels x c), two halos of
-// rows + 2 (rows, split) by kDirectHaloTileColumns + 2 pixels (rows of c
+// row each): the weights (9 / split taps of channels x c), `buffers` halos
+// of rows + 2 (rows, split) by kDirectHaloTileColumns + 2 pixels (rows of c
 // elements and 16 bytes), each warp's 16 staged output rows (channels
 // elements and 16 bytes), the bias in float and, split, a mailbox of each
 // thread's float sums (channels / 2) and its two 8-byte barriers.
 constexpr int64_t DirectHaloSharedBytes(int64_t c, int64_t rows, int64_t channels,
-                                        int64_t split = 1, int64_t element_bytes = 2) {
+                                        int64_t split = 1, int64_t element_bytes = 2,
+                                        int64_t buffers = 2) {
   const int64_t halo =
       (split == 1 ? rows + 2 : rows) * (kDirectHaloTileColumns + 2) * (c * element_bytes + 16);
   const int64_t staged = rows * 16 * (channels * element_bytes + 16);
   const int64_t sums = split == 1 ? 0 : rows * 32 * (channels / 2);
-  return 9 / split * channels * c * element_bytes + 2 * halo + staged + (channels + sums) * 4 +
-         (split == 1 ? 0 : 16);
+  return 9 / split * channels * c * element_bytes + buffers * halo + staged +
+         (channels + sums) * 4 + (split == 1 ? 0 : 16);
+}
+// The halo buffers of the tile these arguments name: 2 where they fit in
+// kDirectMaxSharedBytes, else 1 where the taps split and one fits, else 0
+// (the tile does not run).
+constexpr int64_t DirectHaloBuffers(int64_t c, int64_t rows, int64_t channels, int64_t split,
+                                    int64_t element_bytes) {
+  for (int64_t buffers = 2; buffers >= (split == 1 ? 2 : 1); --buffers) {
+    if (DirectHaloSharedBytes(c, rows, channels, split, element_bytes, buffers) <=
+        kDirectMaxSharedBytes) {
+      return buffers;
+    }
+  }
+  return 0;
 }
 inline int64_t DirectHaloSharedBytes(const ConvLayerProblem& problem, int64_t rows,
-                                     int64_t channels, int64_t split = 1) {
+                                     int64_t channels, int64_t split = 1, int64_t buffers = 2) {
   return DirectHaloSharedBytes(problem.input[1], rows, channels, split,
-                               static_cast<int64_t>(DTypeSize(problem.dtype)));
+                               static_cast<int64_t>(DTypeSize(problem.dtype)), buffers);
 }
 
 // Whether the direct path has an engine for `problem`'s kind of layer at all

@@ -26,16 +26,20 @@
 // took 4.8 us (cuDNN 5.0-5.4) and at batch 32 cuDNN's kernel ran at 32% of
 // its floor (docs/cudnn.md, "3x3 tiles with a halo").
 //
-// Split taps (knob 7, sm_90), for 256 input channels (float32: 128), whose 9
-// taps of weights do not fit in shared memory: on a layer of few tiles (batch
-// 1) each of a cluster's 3 blocks (grid z) takes one kernel row's 3 taps: it
-// keeps their weights only, a third, and copies the tile's input rows shifted
-// by its kernel row, no halo rows. Block 2 sends its float sums to block 1,
-// which adds them to its own and sends those to block 0, which adds them to
-// its own (distributed shared memory, a fixed order) and writes the tile. A
-// tap's 512 bytes of channels are multiplied 256 bytes at a time, so that its
-// A fragments fit in registers.
+// Split taps (knob 7, sm_90), for 256 input channels (float32: 128 and 256),
+// whose 9 taps of weights do not fit in shared memory: on a layer of few
+// tiles (batch 1) each of a cluster's 3 blocks (grid z) takes one kernel
+// row's 3 taps: it keeps their weights only, a third, and copies the tile's
+// input rows shifted by its kernel row, no halo rows. Block 2 sends its float
+// sums to block 1, which adds them to its own and sends those to block 0,
+// which adds them to its own (distributed shared memory, a fixed order) and
+// writes the tile. A tap's 512 or 1024 bytes of channels are multiplied 256
+// bytes at a time, so that its A fragments fit in registers.
 // (On 64 and 128 16-bit channels the split lost to the whole window a block.)
+// Where two halo buffers do not fit beside a split tile's weights (float32
+// 256; 8-row tiles on 256 16-bit or 128 float32 channels), one does (knob
+// 9): the next tile's input is copied after this tile's MMAs, during its
+// sums and epilogue.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -64,17 +68,20 @@ namespace {
 // kC: 32, 64, 128 or 256 input channels; kRows: output rows a tile (one a
 // warp); kKb: the block's output channels (32 or 64), from blockIdx.y *
 // kKb; kSplit: 1, or 3 blocks of a cluster (grid z) taking a kernel row's
-// taps each. Shared memory as DirectHaloSharedBytes counts it: the weights
-// (9 / kSplit taps of [kKb][kC], swizzled), two halo buffers, each warp's
-// staged rows [16][kKb + kVector], the bias in float and, split, the
-// mailbox of each thread's sums and its two barriers. `round_weights`
-// (float only): the weights are rounded to TF32 once they are in.
-template <typename T, int kC, int kRows, int kKb, int kSplit>
+// taps each; kBuffers: 2 halo buffers (the next tile's input copied during
+// this tile's MMAs) or 1 (copied after them, during the epilogue). Shared
+// memory as DirectHaloSharedBytes counts it: the weights (9 / kSplit taps
+// of [kKb][kC], swizzled), the halo buffers, each warp's staged rows
+// [16][kKb + kVector], the bias in float and, split, the mailbox of each
+// thread's sums and its two barriers. `round_weights` (float only): the
+// weights are rounded to TF32 once they are in.
+template <typename T, int kC, int kRows, int kKb, int kSplit, int kBuffers>
 __global__ void __launch_bounds__(32 * kRows)
     HaloGemm(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ bias,
              Activation activation, T* __restrict__ y, DirectConvDims d, HaloTiles tiling,
              bool round_weights) {
   static_assert(kSplit == 1 || kSplit == kTaps, "whole kernel rows a block");
+  static_assert(kBuffers == 1 || kBuffers == 2);
   constexpr bool kFloat = std::is_same_v<T, float>;
   // A tap's fragments are loaded at most 256 bytes of channels at a time
   // (kLoadC channels, kParts loads, kSteps MMAs each).
@@ -87,31 +94,18 @@ __global__ void __launch_bounds__(32 * kRows)
   static_assert(kRows % 4 == 0, "whole warpgroups");
   // The block's kernel row, split; its taps are kernel_row * 3 on.
   const int kernel_row = kSplit == 1 ? 0 : static_cast<int>(blockIdx.z);
-  // (16-bit: a plain or clipped ReLU on the rounded pairs)
-  [[maybe_unused]] const bool relu =
-      activation.kind == ActivationKind::kRelu && activation.negative_slope == 0.f;
-  [[maybe_unused]] const float clip = activation.has_upper_clip ? activation.upper_clip : INFINITY;
   // 1024: each tap's weights start on a 512-byte boundary (kKb * kC * 2
   // or 4 bytes a tap), where wgmma's swizzle repeats.
   extern __shared__ __align__(1024) unsigned char shared[];
   T* const shared_w = reinterpret_cast<T*>(shared);
   T* const shared_x = shared_w + kBlockTaps * kKb * kC;
-  T* const staged_all = shared_x + 2 * kHaloPixels * kRow;
+  T* const staged_all = shared_x + kBuffers * kHaloPixels * kRow;
   float* const shared_bias = reinterpret_cast<float*>(staged_all + kRows * 16 * kStagedRow);
   const int thread = threadIdx.x, lane = thread & 31, warp = thread >> 5;
   const int first_channel = blockIdx.y * kKb;
 
-  // The block's weights: KRSC in global memory, so output channel k's tap
-  // (r, s) is C contiguous elements at ((k * 3 + r) * 3 + s) * C.
-  constexpr int kVectors = kC / kVector<T>;
-  for (int v = thread; v < kBlockTaps * kKb * kVectors; v += kThreadCount) {
-    const int c = (v % kVectors) * kVector<T>, row = (v / kVectors) % kKb;
-    const int tap = v / (kVectors * kKb);
-    T* const tap_w = shared_w + tap * kKb * kC;
-    const int64_t first_tap = static_cast<int64_t>(first_channel + row) * kTaps * kTaps;
-    CopyAsync16(tap_w + SwizzledWeight<sizeof(T)>(kKb, row, c),
-                w + (first_tap + kernel_row * kTaps + tap) * kC + c, true);
-  }
+  CopyWeights<T, kC, kKb, kBlockTaps>(shared_w, w, first_channel, kernel_row * kTaps, thread,
+                                      kThreadCount);
   for (int i = thread; i < kKb; i += kThreadCount) {
     shared_bias[i] = bias != nullptr ? ToFloat(bias[first_channel + i]) : 0.f;
   }
@@ -149,19 +143,20 @@ __global__ void __launch_bounds__(32 * kRows)
   // The weights' descriptor; a tap's are kKb * kC * sizeof(T) bytes on.
   const uint64_t w_descriptor = kWarpgroupPair ? WgmmaDescriptor64B(shared_w) : 0;
 
-  const int g = lane >> 2, t = lane & 3;
   const int a_row = lane & 15, a_column = (lane >> 4) * kVector<T>;
   const int b_row = (lane & 7) + ((lane >> 4) << 3), b_column = ((lane >> 3) & 1) * kVector<T>;
   T* const staged = staged_all + warp * 16 * kStagedRow;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   if constexpr (kSplit > 1) AwaitPeerMailboxes();
 #endif
-  for (int buffer = 0, step = 0; tile < tiles; tile += gridDim.x, buffer ^= 1, ++step) {
+  for (int buffer = 0, step = 0; tile < tiles;
+       tile += gridDim.x, buffer ^= kBuffers - 1, ++step) {
     const HaloTile next = tiling.At(tile + gridDim.x);
-    if (tile + static_cast<int>(gridDim.x) < tiles) {
-      copier.Copy(shared_x + (buffer ^ 1) * kHaloPixels * kRow, x, d, next, kernel_row);
+    const bool more = tile + static_cast<int>(gridDim.x) < tiles;
+    if constexpr (kBuffers == 2) {
+      if (more) copier.Copy(shared_x + (buffer ^ 1) * kHaloPixels * kRow, x, d, next, kernel_row);
+      CopyAsyncCommit();
     }
-    CopyAsyncCommit();
     // The warp's output row of the tile reads halo rows warp .. warp + 2
     // (split: row warp, the block's kernel row already in the copy); lane
     // a_row's pixel at tap (r, s) is halo pixel (warp + r, a_row + s).
@@ -212,7 +207,12 @@ __global__ void __launch_bounds__(32 * kRows)
         TapMmas<T, kLoadC, kKb>(a[0], shared_w + weights_of(i), 0, false, b_row, b_column, acc);
       }
     }
-    const bool last = tile + static_cast<int>(gridDim.x) >= tiles;
+    if constexpr (kBuffers == 1) {
+      __syncthreads();  // every warp has read the halo
+      if (more) copier.Copy(shared_x, x, d, next, kernel_row);
+      CopyAsyncCommit();
+    }
+    const bool last = !more;
     if (last) ReleaseDependents();
     if constexpr (kSplit > 1) AddClusterSums<kKb, kSplit>(acc, box, barriers, thread, step, last);
 
@@ -227,36 +227,19 @@ __global__ void __launch_bounds__(32 * kRows)
     const int64_t valid = row < d.p ? min(kColumns, d.q - out.column) : 0;
     T* const y_row =
         y + ((static_cast<int64_t>(out.n) * d.p + row) * d.q + out.column) * d.k + first_channel;
-    if constexpr (kFloat) {
-      WithKind(activation, FloatEpilogue<kKb>{acc, shared_bias, activation, staged, kStagedRow,
-                                              g, t});
-    } else {
-#pragma unroll
-      for (int i = 0; i < kKb / 32; ++i) {
-        unsigned packed[kM][2][4];
-        if (relu) {
-          HiddenChunk(ChunkOf<kKb>(acc, i), shared_bias, 32 * i, t,
-                      PackRelu<T>{Pack<T>(clip, clip)}, packed);
-        } else {
-          WithKind(activation, HiddenEpilogue<T>{ChunkOf<kKb>(acc, i), packed, shared_bias,
-                                                 activation, 32 * i, t});
-        }
-        StageChunk<T>(packed, staged + 32 * i, kStagedRow, g, t);
-      }
-    }
-    __syncwarp();
-    StoreStagedRows<T, kKb>(staged, kStagedRow, y_row, d.k, valid, lane);
+    StoreTile<T, kKb>(acc, shared_bias, activation, staged, kStagedRow, lane, y_row, d.k,
+                      valid);
     CopyAsyncWait<0>();
     __syncthreads();  // the halo read and the staged rows stored before they are overwritten
   }
 }
 
-template <typename T, int kC, int kRows, int kKb, int kSplit>
+template <typename T, int kC, int kRows, int kKb, int kSplit, int kBuffers>
 absl::Status Launch(const ConvLayerProblem& problem, const ConvLayerBuffers& b,
                     cudaStream_t stream) {
-  const auto kernel = HaloGemm<T, kC, kRows, kKb, kSplit>;
+  const auto kernel = HaloGemm<T, kC, kRows, kKb, kSplit, kBuffers>;
   constexpr int bytes =
-      static_cast<int>(DirectHaloSharedBytes(kC, kRows, kKb, kSplit, sizeof(T)));
+      static_cast<int>(DirectHaloSharedBytes(kC, kRows, kKb, kSplit, sizeof(T), kBuffers));
   // Over the default 48 KiB; opted into once per device and thread.
   ASSIGN_OR_RETURN(const int per_sm,
                    PrepareKernel(reinterpret_cast<const void*>(kernel), 32 * kRows, bytes));
@@ -290,57 +273,80 @@ absl::Status Launch(const ConvLayerProblem& problem, const ConvLayerBuffers& b,
   return absl::OkStatus();
 }
 
-// Launch, for the tiles whose shared memory a block may have (no kernel is
-// built for the others, which DirectConvConfigs never lists).
-template <typename T, int kC, int kRows, int kKb, int kSplit>
-absl::Status LaunchIfItFits(const ConvLayerProblem& problem, const ConvLayerBuffers& b,
+// Launch, for the tiles DirectConvConfigs lists (DirectHaloBuffers; no
+// kernel is built for the others).
+template <typename T, int kC, int kRows, int kKb, int kSplit, int kBuffers>
+absl::Status LaunchIfListed(const ConvLayerProblem& problem, const ConvLayerBuffers& b,
                             cudaStream_t stream) {
-  if constexpr (DirectHaloSharedBytes(kC, kRows, kKb, kSplit, sizeof(T)) <=
-                kDirectMaxSharedBytes) {
-    return Launch<T, kC, kRows, kKb, kSplit>(problem, b, stream);
+  if constexpr (DirectHaloBuffers(kC, kRows, kKb, kSplit, sizeof(T)) == kBuffers) {
+    return Launch<T, kC, kRows, kKb, kSplit, kBuffers>(problem, b, stream);
   } else {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the halo GEMM's tile of ", kRows, " rows by ", kKb, " channels on ", kC,
-                     " input channels, taps split ", kSplit,
-                     " ways, needs more shared memory than a block may have"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the halo GEMM has no tile of ", kRows, " rows by ", kKb, " channels on ", kC,
+        " input channels with taps split ", kSplit, " ways and ", kBuffers,
+        " halo buffers (it would need more shared memory than a block may have, or fits "
+        "with two)"));
   }
 }
 
-template <typename T, int kC, int kSplit>
+template <typename T, int kC, int kSplit, int kBuffers>
 absl::Status DispatchTile(const ConvLayerProblem& problem, const ConvLayerBuffers& b,
                           int64_t rows, int64_t channels, cudaStream_t stream) {
-  if (rows == 4 && channels == 32) return LaunchIfItFits<T, kC, 4, 32, kSplit>(problem, b, stream);
-  if (rows == 4 && channels == 64) return LaunchIfItFits<T, kC, 4, 64, kSplit>(problem, b, stream);
-  if (rows == 8 && channels == 32) return LaunchIfItFits<T, kC, 8, 32, kSplit>(problem, b, stream);
-  if (rows == 8 && channels == 64) return LaunchIfItFits<T, kC, 8, 64, kSplit>(problem, b, stream);
+  if (rows == 4 && channels == 32) {
+    return LaunchIfListed<T, kC, 4, 32, kSplit, kBuffers>(problem, b, stream);
+  }
+  if (rows == 4 && channels == 64) {
+    return LaunchIfListed<T, kC, 4, 64, kSplit, kBuffers>(problem, b, stream);
+  }
+  if (rows == 8 && channels == 32) {
+    return LaunchIfListed<T, kC, 8, 32, kSplit, kBuffers>(problem, b, stream);
+  }
+  if (rows == 8 && channels == 64) {
+    return LaunchIfListed<T, kC, 8, 64, kSplit, kBuffers>(problem, b, stream);
+  }
   return absl::InvalidArgumentError(
       absl::StrCat("the halo GEMM has no tile of ", rows, " rows by ", channels, " channels"));
 }
 
-// Unsplit on 32 input channels up to kDirectHaloMaxUnsplitBytes of them (128
-// of 16 bits, 64 float), split on twice that (the configurations
-// DirectConvConfigs lists).
+template <typename T, int kC>
+absl::Status DispatchSplit(const ConvLayerProblem& problem, const ConvLayerBuffers& b,
+                           int64_t rows, int64_t channels, int64_t buffers,
+                           cudaStream_t stream) {
+  return buffers == 1 ? DispatchTile<T, kC, kTaps, 1>(problem, b, rows, channels, stream)
+                      : DispatchTile<T, kC, kTaps, 2>(problem, b, rows, channels, stream);
+}
+
+// Unsplit (two halo buffers) on 32 input channels up to
+// kDirectHaloMaxUnsplitBytes of them (128 of 16 bits, 64 float), split on
+// more, up to 256 (the configurations DirectConvConfigs lists).
 template <typename T>
 absl::Status DispatchChannels(const ConvLayerProblem& problem, const ConvLayerBuffers& b,
-                              int64_t rows, int64_t channels, int64_t split,
+                              int64_t rows, int64_t channels, int64_t split, int64_t buffers,
                               cudaStream_t stream) {
   constexpr int kWidest = static_cast<int>(kDirectHaloMaxUnsplitBytes / sizeof(T));
-  if (split == 1) {
+  if (split == 1 && buffers == 2) {
     switch (problem.input[1]) {
-      case 32: return DispatchTile<T, 32, 1>(problem, b, rows, channels, stream);
-      case 64: return DispatchTile<T, 64, 1>(problem, b, rows, channels, stream);
+      case 32: return DispatchTile<T, 32, 1, 2>(problem, b, rows, channels, stream);
+      case 64: return DispatchTile<T, 64, 1, 2>(problem, b, rows, channels, stream);
       case 128:
         if constexpr (kWidest >= 128) {
-          return DispatchTile<T, 128, 1>(problem, b, rows, channels, stream);
+          return DispatchTile<T, 128, 1, 2>(problem, b, rows, channels, stream);
         }
         break;
     }
-  } else if (problem.input[1] == 2 * kWidest) {
-    return DispatchTile<T, 2 * kWidest, kTaps>(problem, b, rows, channels, stream);
+  } else if (split > 1) {
+    switch (problem.input[1]) {
+      case 128:
+        if constexpr (kWidest < 128) {
+          return DispatchSplit<T, 128>(problem, b, rows, channels, buffers, stream);
+        }
+        break;
+      case 256: return DispatchSplit<T, 256>(problem, b, rows, channels, buffers, stream);
+    }
   }
   return absl::InvalidArgumentError(absl::StrCat(
       "the halo GEMM is built for 32 to ", kWidest, " input channels of ", sizeof(T),
-      " bytes, or ", 2 * kWidest, " with the taps split"));
+      " bytes with two halo buffers, or up to 256 with the taps split"));
 }
 
 }  // namespace
@@ -361,10 +367,16 @@ absl::Status LaunchDirectHalo(const ConvLayerProblem& problem, const EngineConfi
   const int64_t rows = DirectKnob(id, kDirectKnobTileRows);
   const int64_t channels = DirectKnob(id, kDirectKnobTileChannels);
   const int64_t split = std::max<int64_t>(1, DirectKnob(id, kDirectKnobTapSplit));
+  int64_t halo_buffers = DirectKnob(id, kDirectKnobHaloBuffers);
+  if (halo_buffers == 0) halo_buffers = 2;  // knob 9 left out
   if (channels <= 0 || problem.output[1] % channels != 0) {
     return absl::InvalidArgumentError(
         absl::StrCat(id.ToString(), " does not divide the layer's ", problem.output[1],
                      " output channels"));
+  }
+  if (halo_buffers != 1 && halo_buffers != 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(id.ToString(), ": the halo GEMM has 1 or 2 halo buffers"));
   }
   if (split != 1 && split != kDirectHaloSplit) {
     return absl::InvalidArgumentError(
@@ -379,13 +391,13 @@ absl::Status LaunchDirectHalo(const ConvLayerProblem& problem, const EngineConfi
   switch (problem.dtype) {
     case DType::kFloat16:
       return pair_kernel::DispatchChannels<__half>(problem, buffers, rows, channels, split,
-                                                   stream);
+                                                   halo_buffers, stream);
     case DType::kBFloat16:
       return pair_kernel::DispatchChannels<__nv_bfloat16>(problem, buffers, rows, channels,
-                                                          split, stream);
+                                                          split, halo_buffers, stream);
     case DType::kFloat32:
       return pair_kernel::DispatchChannels<float>(problem, buffers, rows, channels, split,
-                                                  stream);
+                                                  halo_buffers, stream);
   }
   return absl::InvalidArgumentError("the direct halo GEMM: unknown dtype");
 }

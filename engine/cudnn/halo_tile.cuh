@@ -1,5 +1,5 @@
 // The halo GEMM's parts (engine/cudnn/direct_halo.cu has the kernel): its
-// tiles, the copy of a tile's input with its halo, a tap's MMAs, the float
+// tiles, the copy of a tile's input with its halo, a tap's MMAs, the
 // epilogue and the split taps' sums along the cluster.
 #ifndef CONVSERVE_ENGINE_CUDNN_HALO_TILE_CUH_
 #define CONVSERVE_ENGINE_CUDNN_HALO_TILE_CUH_
@@ -8,6 +8,7 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "engine/activation.h"
 #include "engine/cudnn/cluster_mailbox.cuh"
@@ -96,6 +97,24 @@ struct HaloCopier {
   }
 };
 
+// cp.async of a block's weights, kBlockTaps taps from `first_tap` (in
+// kernel-row order) of kKb output channels from `first_channel`, tap by tap
+// as SwizzledWeight lays them out. In global memory they are KRSC: output
+// channel k's tap (r, s) is kC contiguous elements at ((k * 3 + r) * 3 + s)
+// * kC.
+template <typename T, int kC, int kKb, int kBlockTaps>
+__device__ inline void CopyWeights(T* shared_w, const T* w, int first_channel, int first_tap,
+                                   int thread, int threads) {
+  constexpr int kVectors = kC / kVector<T>;
+  for (int v = thread; v < kBlockTaps * kKb * kVectors; v += threads) {
+    const int c = (v % kVectors) * kVector<T>, row = (v / kVectors) % kKb;
+    const int tap = v / (kVectors * kKb);
+    const int64_t channel_taps = static_cast<int64_t>(first_channel + row) * kTaps * kTaps;
+    CopyAsync16(shared_w + tap * kKb * kC + SwizzledWeight<sizeof(T)>(kKb, row, c),
+                w + (channel_taps + first_tap + tap) * kC + c, true);
+  }
+}
+
 // The accumulators of output channels [32i, 32i + 32) of a block's kKb, as
 // the pair's epilogue takes them (one m16 row block of 4 n8 blocks).
 template <int kKb>
@@ -130,6 +149,38 @@ struct FloatEpilogue {
     }
   }
 };
+
+// The warp's tile row out: bias, activation and (16-bit) rounding on its
+// accumulators, staged in `staged` (16 rows `pitch` elements apart), then
+// stored 16 bytes a lane to `valid` output pixels from `y_row`, `y_pitch`
+// elements apart. A plain or clipped ReLU on 16 bits runs on the rounded
+// pairs.
+template <typename T, int kKb>
+__device__ inline void StoreTile(const float (&acc)[kKb / 8][4], const float* bias,
+                                 const Activation& activation, T* staged, int pitch, int lane,
+                                 T* y_row, int64_t y_pitch, int64_t valid) {
+  const int g = lane >> 2, t = lane & 3;
+  if constexpr (std::is_same_v<T, float>) {
+    WithKind(activation, FloatEpilogue<kKb>{acc, bias, activation, staged, pitch, g, t});
+  } else {
+    const bool relu = activation.kind == ActivationKind::kRelu && activation.negative_slope == 0.f;
+    const float clip = activation.has_upper_clip ? activation.upper_clip : INFINITY;
+#pragma unroll
+    for (int i = 0; i < kKb / 32; ++i) {
+      unsigned packed[kM][2][4];
+      if (relu) {
+        HiddenChunk(ChunkOf<kKb>(acc, i), bias, 32 * i, t, PackRelu<T>{Pack<T>(clip, clip)},
+                    packed);
+      } else {
+        WithKind(activation,
+                 HiddenEpilogue<T>{ChunkOf<kKb>(acc, i), packed, bias, activation, 32 * i, t});
+      }
+      StageChunk<T>(packed, staged + 32 * i, pitch, g, t);
+    }
+  }
+  __syncwarp();
+  StoreStagedRows<T, kKb>(staged, pitch, y_row, y_pitch, valid, lane);
+}
 
 // One tap's MMAs for the warp's 16 pixels (A fragments `a`) by the tap's
 // weights `w` (kKb rows, swizzled as SwizzledWeight lays them out: wgmma

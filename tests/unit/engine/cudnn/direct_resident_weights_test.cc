@@ -193,21 +193,31 @@ TEST(DirectResidentWeightsTest, ThreeByThreeLayersOnFewChannelsHaveTheHaloGemm) 
   }
   EXPECT_NE(DirectConfigRejection(p, ConfigId("direct:e4:k2=32,k6=4,k7=3")), "");
   // 256 channels (ResNet-50's 3x3 256 @ 14 at batch 1: 4 tiles of 4 rows,
-  // 2 of 8): only the split tiles fit, 3 of the 4 (8 rows of 64 output
-  // channels do not), and only for layers of few tiles.
+  // 2 of 8): only the split tiles fit, and only for layers of few tiles;
+  // 8 rows of 64 output channels with one halo buffer (225,808 bytes: 8
+  // rows of 18 pixels of 528 elements, a mailbox of 256 threads' 32 sums).
   ConvLayerProblem wide = Layer({1, 256, 14, 14}, {256, 256, 3, 3});
   EXPECT_EQ(DirectHaloRejection(wide), "");
   EXPECT_GT(DirectHaloSharedBytes(wide, 4, 32), kDirectMaxSharedBytes);
   EXPECT_GT(DirectHaloSharedBytes(wide, 8, 64, 3), kDirectMaxSharedBytes);
+  EXPECT_EQ(DirectHaloSharedBytes(wide, 8, 64, 3, 1),
+            (3 * 64 * 256 + 8 * 18 * 264 + 8 * 16 * 72) * 2 + (64 + 256 * 32) * 4 + 16);
+  EXPECT_EQ(DirectHaloBuffers(256, 8, 64, 3, 2), 1);
+  EXPECT_EQ(DirectHaloBuffers(256, 8, 32, 3, 2), 2);
+  EXPECT_EQ(DirectHaloBuffers(256, 4, 32, 1, 2), 0);  // unsplit: two buffers or none
   std::vector<std::string> wide_names = DirectConfigNames(wide);
   wide_names.erase(std::remove_if(wide_names.begin(), wide_names.end(),
                                   [](const std::string& n) { return n.rfind("direct:e4:", 0); }),
                    wide_names.end());
   EXPECT_EQ(wide_names,
             (std::vector<std::string>{"direct:e4:k2=32,k6=4,k7=3", "direct:e4:k2=64,k6=4,k7=3",
-                                      "direct:e4:k2=32,k6=8,k7=3"}));
+                                      "direct:e4:k2=32,k6=8,k7=3",
+                                      "direct:e4:k2=64,k6=8,k7=3,k9=1"}));
   EXPECT_NE(DirectConfigRejection(wide, ConfigId("direct:e4:k2=32,k6=4")), "");
   EXPECT_NE(DirectConfigRejection(wide, ConfigId("direct:e4:k2=32,k6=4,k7=2")), "");
+  // One buffer only where two do not fit.
+  EXPECT_NE(DirectConfigRejection(wide, ConfigId("direct:e4:k2=32,k6=4,k7=3,k9=1")), "");
+  EXPECT_NE(DirectConfigRejection(wide, ConfigId("direct:e4:k2=64,k6=8,k7=3")), "");
   // At batch 32 (256 tiles of 4 rows) the blocks would fill the GPU
   // unsplit, and unsplit they do not fit: none.
   wide.input[0] = wide.output[0] = 32;
@@ -264,7 +274,8 @@ TEST(DirectResidentWeightsTest, ThreeByThreeLayersOnFewChannelsHaveTheHaloGemm) 
 }
 
 // float32 (in TF32): the same tiles where a pixel's channels take twice
-// the bytes, so the split starts at 128 channels and 256 fit no tile.
+// the bytes, so the split starts at 128 channels, and 256 fit with one
+// halo buffer only.
 TEST(DirectResidentWeightsTest, FloatThreeByThreeLayersHaveTheHaloGemmInTf32) {
   ConvLayerProblem p = ThreeByThree(1);
   p.dtype = DType::kFloat32;
@@ -283,7 +294,8 @@ TEST(DirectResidentWeightsTest, FloatThreeByThreeLayersHaveTheHaloGemmInTf32) {
   EXPECT_EQ(names, (std::vector<std::string>{"direct:e4:k2=32,k6=4", "direct:e4:k2=64,k6=4",
                                              "direct:e4:k2=32,k6=8"}));
   // 128 channels (3x3 128 @ 28 at batch 1: 14 tiles of 4 rows): split
-  // only, and only the 4-row tiles fit.
+  // only; the 4-row tiles fit with two halo buffers, 8 rows of 32 output
+  // channels with one.
   ConvLayerProblem split = Layer({1, 128, 28, 28}, {128, 128, 3, 3});
   split.dtype = DType::kFloat32;
   EXPECT_EQ(DirectHaloSharedBytes(split, 4, 32, 3),
@@ -295,15 +307,24 @@ TEST(DirectResidentWeightsTest, FloatThreeByThreeLayersHaveTheHaloGemmInTf32) {
                              [](const std::string& n) { return n.rfind("direct:e4:", 0); }),
               names.end());
   EXPECT_EQ(names,
-            (std::vector<std::string>{"direct:e4:k2=32,k6=4,k7=3", "direct:e4:k2=64,k6=4,k7=3"}));
-  // 256 channels: even split, no tile fits; the implicit GEMM runs it.
+            (std::vector<std::string>{"direct:e4:k2=32,k6=4,k7=3", "direct:e4:k2=32,k6=8,k7=3,k9=1",
+                                      "direct:e4:k2=64,k6=4,k7=3"}));
+  EXPECT_EQ(DirectHaloSharedBytes(split, 8, 32, 3, 1),
+            3 * 32 * 128 * 4 + 8 * 18 * 528 + 8 * 16 * 144 + (32 + 256 * 16) * 4 + 16);
+  // 256 channels: split with one halo buffer, 4 rows of 32 output channels
+  // only (190,736 bytes; two buffers would take 265,616).
   ConvLayerProblem wide = Layer({1, 256, 14, 14}, {256, 256, 3, 3});
   wide.dtype = DType::kFloat32;
   EXPECT_EQ(DirectHaloRejection(wide), "");
   EXPECT_GT(DirectHaloSharedBytes(wide, 4, 32, 3), kDirectMaxSharedBytes);
-  for (const EngineConfigId& id : DirectConvConfigs(wide)) {
-    EXPECT_NE(id.engine, kDirectHaloEngine) << id.ToString();
-  }
+  EXPECT_EQ(DirectHaloSharedBytes(wide, 4, 32, 3, 1),
+            3 * 32 * 256 * 4 + 4 * 18 * 1040 + 4 * 16 * 144 + (32 + 128 * 16) * 4 + 16);
+  EXPECT_EQ(DirectHaloSharedBytes(wide, 4, 32, 3, 1), 190'736);
+  names = DirectConfigNames(wide);
+  names.erase(std::remove_if(names.begin(), names.end(),
+                             [](const std::string& n) { return n.rfind("direct:e4:", 0); }),
+              names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"direct:e4:k2=32,k6=4,k7=3,k9=1"}));
   // --strict_float32 refuses it, as every TF32 engine.
   EngineSelection strict;
   strict.strict_float32 = true;
