@@ -149,7 +149,7 @@ namespace {
 // The halo GEMM's configurations with the blocks each launches (all that
 // fit at once, one a tile at most; two an SM where the shared memory lets
 // them on an H100). Over kDirectHaloMaxUnsplitBytes of channels (256
-// 16-bit ones, 128 float) the taps are split across kDirectHaloSplit
+// 16-bit ones, 128 or 256 float) the taps are split across kDirectHaloSplit
 // blocks (their weights fit no other way), listed where the blocks of one
 // a tile leave SMs idle; on fewer the split lost (3x3 64 @ 56 and 128 @ 28
 // at batch 1 in float16, docs/cudnn.md) and is not listed. Split tiles

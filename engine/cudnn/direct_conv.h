@@ -139,7 +139,7 @@ inline constexpr int64_t kDirectHaloSplit = 3;
 // copied while the previous tile's MMAs run).
 inline constexpr int64_t kDirectKnobHaloBuffers = 9;
 // The halo GEMM's most bytes of a pixel's channels unsplit (128 16-bit
-// channels, 64 float); twice that (256, or 128 float) run split only.
+// channels, 64 float); more (256, or 128 and 256 float) run split only.
 inline constexpr int64_t kDirectHaloMaxUnsplitBytes = 256;
 // The halo GEMM's output columns a tile (one warp's 16 MMA rows) and the
 // compute capability it needs (mma.sync). On 128 channels its 64-channel
