@@ -152,9 +152,9 @@ __global__ void __launch_bounds__(32 * kRows)
   for (int buffer = 0, step = 0; tile < tiles;
        tile += gridDim.x, buffer ^= kBuffers - 1, ++step) {
     const HaloTile next = tiling.At(tile + gridDim.x);
-    const bool more = tile + static_cast<int>(gridDim.x) < tiles;
+    const bool last = tile + static_cast<int>(gridDim.x) >= tiles;
     if constexpr (kBuffers == 2) {
-      if (more) copier.Copy(shared_x + (buffer ^ 1) * kHaloPixels * kRow, x, d, next, kernel_row);
+      if (!last) copier.Copy(shared_x + (buffer ^ 1) * kHaloPixels * kRow, x, d, next, kernel_row);
       CopyAsyncCommit();
     }
     // The warp's output row of the tile reads halo rows warp .. warp + 2
@@ -209,10 +209,9 @@ __global__ void __launch_bounds__(32 * kRows)
     }
     if constexpr (kBuffers == 1) {
       __syncthreads();  // every warp has read the halo
-      if (more) copier.Copy(shared_x, x, d, next, kernel_row);
+      if (!last) copier.Copy(shared_x, x, d, next, kernel_row);
       CopyAsyncCommit();
     }
-    const bool last = !more;
     if (last) ReleaseDependents();
     if constexpr (kSplit > 1) AddClusterSums<kKb, kSplit>(acc, box, barriers, thread, step, last);
 
