@@ -47,6 +47,8 @@ ABSL_FLAG(int, autotune_candidates, 12,
           "autotune: candidate engines timed per layer and path (the server's default)");
 ABSL_FLAG(int, autotune_knob_candidates, 16,
           "autotune: knob-search candidates per layer (the server's default; 0: off)");
+ABSL_FLAG(int, autotune_iterations, 5,
+          "autotune: timed samples of 8 runs per candidate (the server's default)");
 ABSL_FLAG(int, samples, 15, "timed samples per layer");
 ABSL_FLAG(int, runs_per_sample, 20, "back-to-back runs per sample");
 ABSL_FLAG(bool, graph_replay, true,
@@ -169,6 +171,7 @@ int Run() {
   options.selection.search = *search;
   options.selection.autotune_candidates = absl::GetFlag(FLAGS_autotune_candidates);
   options.selection.autotune_knob_candidates = absl::GetFlag(FLAGS_autotune_knob_candidates);
+  options.selection.autotune_iterations = absl::GetFlag(FLAGS_autotune_iterations);
   absl::StatusOr<std::unique_ptr<CudnnBackend>> backend = CudnnBackend::Create(options);
   if (!backend.ok()) {
     std::fprintf(stderr, "conv_layer_bench: %s\n", backend.status().ToString().c_str());
