@@ -40,6 +40,10 @@ struct ConvLayerBuffers {
   // the direct implicit GEMM multiplies these with wgmma where it has them,
   // and otherwise `w` with mma.sync, rounding in registers.
   const void* w_tf32 = nullptr;
+  // The narrow GEMM's weights packed as its blocks keep them in shared
+  // memory (DeviceWeights::narrow_weights, DirectNarrowPackedWeights), or
+  // null: the direct narrow GEMM needs them.
+  const void* w_narrow = nullptr;
 };
 
 // A finalized plan and the descriptors it was built from. Movable.

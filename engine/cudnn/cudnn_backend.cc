@@ -228,6 +228,7 @@ ConvLayerBuffers CudnnExecutable::BuffersFor(size_t layer) const {
   buffers.y = layer % 2 == 0 ? ping_.data() : pong_.data();
   buffers.w = weights_->weights(layer);
   buffers.w_tf32 = weights_->tf32_weights(layer);
+  buffers.w_narrow = weights_->narrow_weights(layer);
   buffers.bias = weights_->bias(layer);
   buffers.workspace = workspace_.data();
   return buffers;

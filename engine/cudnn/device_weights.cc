@@ -1,9 +1,13 @@
 #include "engine/cudnn/device_weights.h"
 
+#include <algorithm>
 #include <cstring>
+#include <string>
 #include <vector>
 
+#include "engine/conv_layer_problem.h"
 #include "engine/cudnn/cudnn_status.h"
+#include "engine/cudnn/direct_conv.h"
 #include "engine/status_macros.h"
 #include "engine/tensor.h"
 
@@ -17,6 +21,28 @@ absl::StatusOr<DeviceBuffer> Copy(const void* data, size_t bytes) {
   return buffer;
 }
 
+// Layer `i` as a problem of the smallest input its kernel covers: what the
+// narrow GEMM's packing depends on (dtype, layout, channels, kernel, stride
+// and dilation), whatever the input's size.
+ConvLayerProblem KernelProblem(const Graph& graph, size_t i) {
+  const GraphSpec& spec = graph.spec();
+  const ConvLayerSpec& layer = spec.layers[i];
+  ConvLayerProblem problem;
+  problem.dtype = spec.dtype;
+  problem.channels_last = IsChannelsLast(spec.layout);
+  problem.weights = graph.WeightShape(i);
+  problem.input = {1, problem.weights[1] * std::max<int64_t>(layer.groups, 1)};
+  problem.output = {1, layer.out_channels};
+  for (size_t d = 2; d < problem.weights.size(); ++d) {
+    problem.input.push_back(problem.weights[d]);
+    problem.output.push_back(1);
+  }
+  problem.stride = layer.stride;
+  problem.dilation = layer.dilation;
+  problem.pad_before = problem.pad_after = std::vector<int64_t>(layer.stride.size(), 0);
+  return problem;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<DeviceWeights>> DeviceWeights::Upload(const Graph& graph,
@@ -25,7 +51,8 @@ absl::StatusOr<std::unique_ptr<DeviceWeights>> DeviceWeights::Upload(const Graph
   CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
   std::unique_ptr<DeviceWeights> uploaded(new DeviceWeights(device));
   const GraphSpec& spec = graph.spec();
-  for (const ConvLayerSpec& layer : spec.layers) {
+  for (size_t i = 0; i < spec.layers.size(); ++i) {
+    const ConvLayerSpec& layer = spec.layers[i];
     ASSIGN_OR_RETURN(DeviceBuffer w, Copy(layer.weights.data(), layer.weights.size()));
     DeviceBuffer tf32;
     if (tf32_copies && spec.dtype == DType::kFloat32 && IsChannelsLast(spec.layout) &&
@@ -36,12 +63,20 @@ absl::StatusOr<std::unique_ptr<DeviceWeights>> DeviceWeights::Upload(const Graph
       ASSIGN_OR_RETURN(tf32, Copy(rounded.data(), rounded.size() * sizeof(float)));
       uploaded->bytes_ += static_cast<int64_t>(layer.weights.size());
     }
+    DeviceBuffer narrow;
+    if (const ConvLayerProblem problem = KernelProblem(graph, i);
+        DirectNarrowPackedBytes(problem) > 0) {
+      const std::string packed = DirectNarrowPackedWeights(problem, layer.weights);
+      ASSIGN_OR_RETURN(narrow, Copy(packed.data(), packed.size()));
+      uploaded->bytes_ += static_cast<int64_t>(packed.size());
+    }
     ASSIGN_OR_RETURN(DeviceBuffer b, layer.bias.empty()
                                          ? DeviceBuffer::Create(0)
                                          : Copy(layer.bias.data(), layer.bias.size()));
     uploaded->bytes_ += static_cast<int64_t>(layer.weights.size() + layer.bias.size());
     uploaded->weights_.push_back(std::move(w));
     uploaded->tf32_weights_.push_back(std::move(tf32));
+    uploaded->narrow_weights_.push_back(std::move(narrow));
     uploaded->biases_.push_back(std::move(b));
   }
   // cudaMemcpy from pageable memory may return before the bytes are in
@@ -58,6 +93,7 @@ DeviceWeights::~DeviceWeights() {
   cudaSetDevice(device_);
   weights_.clear();
   tf32_weights_.clear();
+  narrow_weights_.clear();
   biases_.clear();
   cudaSetDevice(current);
 }

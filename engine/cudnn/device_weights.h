@@ -18,7 +18,8 @@ class DeviceWeights {
   // Copies every layer's weights and bias to `device` (synchronously). With
   // `tf32_copies` (float32 may be multiplied in TF32), a dense channels-last
   // float32 graph's layers also get their weights rounded to TF32, a second
-  // copy (tf32_weights).
+  // copy (tf32_weights). Layers the direct narrow GEMM runs also get its
+  // packed copy (narrow_weights).
   static absl::StatusOr<std::unique_ptr<DeviceWeights>> Upload(const Graph& graph, int device,
                                                                bool tf32_copies);
   ~DeviceWeights();
@@ -30,6 +31,9 @@ class DeviceWeights {
   // The weights rounded to TF32 (RoundToTf32), or null: for the implicit
   // GEMM's wgmma, which would drop their low bits unrounded.
   const void* tf32_weights(size_t layer) const { return tf32_weights_[layer].data(); }
+  // The narrow GEMM's packed weights (DirectNarrowPackedWeights), or null
+  // where it does not run the layer.
+  const void* narrow_weights(size_t layer) const { return narrow_weights_[layer].data(); }
   // Null for a layer without bias.
   const void* bias(size_t layer) const { return biases_[layer].data(); }
   int64_t bytes() const { return bytes_; }
@@ -39,7 +43,8 @@ class DeviceWeights {
 
   const int device_;
   std::vector<DeviceBuffer> weights_;
-  std::vector<DeviceBuffer> tf32_weights_;  // empty buffers where there is no copy
+  std::vector<DeviceBuffer> tf32_weights_;    // empty buffers where there is no copy
+  std::vector<DeviceBuffer> narrow_weights_;  // likewise
   std::vector<DeviceBuffer> biases_;  // empty buffer for layers without bias
   int64_t bytes_ = 0;
 };

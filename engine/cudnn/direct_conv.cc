@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <iterator>
 #include <utility>
 
@@ -331,6 +332,41 @@ DirectNarrowLayout DirectNarrowLayoutOf(const ConvLayerProblem& problem, int64_t
       (kDirectNarrowTileChannels * l.weight_stride + 2 * l.span * l.input_stride) * size +
       16 * l.steps;
   return l;
+}
+
+int64_t DirectNarrowPackedBytes(const ConvLayerProblem& problem) {
+  if (!IsDense(problem) || GemmRejection(problem).empty() || !NarrowRejection(problem).empty()) {
+    return 0;
+  }
+  const int64_t channels = (problem.output[1] + kDirectNarrowTileChannels - 1) /
+                           kDirectNarrowTileChannels * kDirectNarrowTileChannels;
+  return channels * DirectNarrowLayoutOf(problem, kTilePixelChoices[0]).weight_stride *
+         static_cast<int64_t>(DTypeSize(problem.dtype));
+}
+
+std::string DirectNarrowPackedWeights(const ConvLayerProblem& problem, const std::string& krsc) {
+  std::string packed(static_cast<size_t>(DirectNarrowPackedBytes(problem)), '\0');
+  if (packed.empty()) return packed;
+  const DirectNarrowLayout l = DirectNarrowLayoutOf(problem, kTilePixelChoices[0]);
+  const auto size = static_cast<int64_t>(DTypeSize(problem.dtype));
+  const int64_t rows = problem.weights[2], row_pitch = l.groups * (16 / size);
+  for (int64_t c = 0; c < problem.output[1]; ++c) {
+    for (int64_t r = 0; r < rows; ++r) {
+      const char* from = krsc.data() + (c * rows + r) * l.row * size;
+      char* to = packed.data() + (c * l.weight_stride + r * row_pitch) * size;
+      if (problem.dtype != DType::kFloat32) {
+        std::memcpy(to, from, static_cast<size_t>(l.row * size));
+        continue;
+      }
+      for (int64_t e = 0; e < l.row; ++e) {
+        float value;
+        std::memcpy(&value, from + e * size, sizeof(value));
+        value = RoundToTf32(value);
+        std::memcpy(to + e * size, &value, sizeof(value));
+      }
+    }
+  }
+  return packed;
 }
 
 int64_t DirectKnob(const EngineConfigId& id, int64_t type) {

@@ -523,7 +523,7 @@ DirectConvDims DirectConvDimsOf(const ConvLayerProblem& p) {
 
 absl::Status CheckDirectConvBuffers(const ConvLayerProblem& problem,
                                     const ConvLayerBuffers& buffers) {
-  for (const void* pointer : {buffers.x, buffers.w, buffers.bias,
+  for (const void* pointer : {buffers.x, buffers.w, buffers.bias, buffers.w_narrow,
                               static_cast<const void*>(buffers.y)}) {
     if (reinterpret_cast<uintptr_t>(pointer) % 16 != 0) {
       return absl::InvalidArgumentError("a tensor of a direct conv is not 16-byte aligned");
@@ -532,6 +532,10 @@ absl::Status CheckDirectConvBuffers(const ConvLayerProblem& problem,
   if (buffers.x == nullptr || buffers.w == nullptr || buffers.y == nullptr ||
       (problem.has_bias && buffers.bias == nullptr)) {
     return absl::InvalidArgumentError("a tensor of a direct conv has no buffer");
+  }
+  if (buffers.w_narrow == nullptr && DirectNarrowPackedBytes(problem) > 0) {
+    return absl::InvalidArgumentError(
+        "the direct narrow GEMM needs its packed weights (DeviceWeights::narrow_weights)");
   }
   return absl::OkStatus();
 }

@@ -36,8 +36,9 @@
 // read their A fragments there, with no im2col copy. Knob 4 is the output
 // pixels of one output row a block computes at a time (64 or 128: 32 per
 // warp), by kDirectNarrowTileChannels output channels; float32
-// multiplies in TF32, as in engine 1. cuDNN ran ResNet-50's stem at 17-21%
-// of its floor at batch 32 (docs/cudnn.md).
+// multiplies in TF32, as in engine 1. Its weights are packed when they are
+// uploaded, in the layout a block keeps (DirectNarrowPackedWeights). cuDNN
+// ran ResNet-50's stem at 17-21% of its floor at batch 32 (docs/cudnn.md).
 //
 // Engine 3, the pointwise GEMM, for 1x1 convs with stride 1 and no padding
 // on 32 or 64 channels (float16 or bfloat16, channels-last) into K, a
@@ -85,12 +86,12 @@
 namespace convserve {
 
 // The direct path's revision, in the plan store's policy key: raised with
-// each engine or configuration added, or an engine made faster (now 10:
+// each engine or configuration added, or an engine made faster (now 11:
 // engines 0-4, engine 3's output-channel slices, engine 4's split taps and
-// one-buffer tiles, engine 2's warps of 16 pixels and engine 1's cluster
-// mailbox), so that engine choices stored by an older server, which never
-// raced the new ones, are searched again.
-inline constexpr int kDirectPathRevision = 10;
+// one-buffer tiles, engine 2's warps of 16 pixels and packed weights and
+// engine 1's cluster mailbox), so that engine choices stored by an older
+// server, which never raced the new ones, are searched again.
+inline constexpr int kDirectPathRevision = 11;
 inline constexpr int64_t kDirectDepthwiseEngine = 0;
 inline constexpr int64_t kDirectKnobColumns = 0;
 inline constexpr int64_t kDirectKnobVectorBytes = 1;
@@ -169,6 +170,20 @@ struct DirectNarrowLayout {
   int64_t shared_bytes = 0;   // weights, staged rows (a ring), steps
 };
 DirectNarrowLayout DirectNarrowLayoutOf(const ConvLayerProblem& problem, int64_t tile_pixels);
+
+// The narrow GEMM's weights packed as its blocks keep them in shared
+// memory, so that a block copies its 64 output channels' 16 bytes a load
+// with no arithmetic (ConvLayerBuffers::w_narrow): for each output channel
+// (K rounded up to 64, the rest zeros), weight_stride elements
+// (DirectNarrowLayoutOf): its R kernel rows of S*C elements, each padded
+// with zeros to whole 16-byte groups, then zeros; float32 rounded to TF32.
+// Its size in bytes, 0 where the narrow GEMM does not run `problem`'s
+// kernel (dtype, layout, channels and kernel shape; the input's size does
+// not matter).
+int64_t DirectNarrowPackedBytes(const ConvLayerProblem& problem);
+// `krsc` (the layer's weights, KRSC) packed so; empty where
+// DirectNarrowPackedBytes is 0.
+std::string DirectNarrowPackedWeights(const ConvLayerProblem& problem, const std::string& krsc);
 
 // Why the pointwise GEMM (engine 3) does not run `problem`, or "" when it
 // does (the implicit GEMM runs every such layer too).

@@ -23,7 +23,9 @@
 // meet the zero weight; the weights are zero there too.
 //
 // A block owns 64 output channels (grid y) and keeps all their weights in
-// shared memory (float32 rounded to TF32 once, as the staged input is). A
+// shared memory, copied 16 bytes a load from the layer's packed copy
+// (DirectNarrowPackedWeights: already in this layout, float32 already
+// rounded to TF32, as the staged input is rounded when staged). A
 // warp computes 32 pixels (two m16 tiles), or 16 (one, knob 8: twice the
 // warps a tile), by the 64 channels and writes them from its registers
 // after bias, activation and one rounding. The copies of the weights and
@@ -48,7 +50,6 @@
 namespace convserve {
 namespace {
 
-using narrow::CopyWeights;
 using narrow::kGroup;
 using narrow::NarrowDims;
 using narrow::StageRows;
@@ -105,8 +106,9 @@ constexpr int kResidentWarps = 16;
 // kWarpPixels: a warp's output pixels, 32 (two m16 tiles) or 16 (one).
 template <typename T, int kWarps, int kWarpPixels, bool kAligned, int kActivation>
 __global__ void __launch_bounds__(32 * kWarps, kResidentWarps / kWarps)
-    NarrowGemm(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ bias,
-               T* __restrict__ y, NarrowDims d, Activation activation) {
+    NarrowGemm(const T* __restrict__ x, const T* __restrict__ packed,
+               const T* __restrict__ bias, T* __restrict__ y, NarrowDims d,
+               Activation activation) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   constexpr int kThreads = 32 * kWarps;
   constexpr int kTilePixels = kWarpPixels * kWarps;
@@ -124,7 +126,12 @@ __global__ void __launch_bounds__(32 * kWarps, kResidentWarps / kWarps)
   const int g = lane >> 2, t = lane & 3;
   const int channel0 = blockIdx.y * kChannels;
 
-  CopyWeights<T, kChannels, kThreads>(w, d, weights, channel0);
+  // The block's channels' packed weights, one run of 16-byte groups.
+  const T* const tile_weights = packed + static_cast<int64_t>(channel0) * d.weight_stride;
+  for (int i = threadIdx.x; i < kChannels * d.weight_stride / kG; i += kThreads) {
+    CopyAsync16(weights + i * kG, tile_weights + i * kG, true);
+  }
+  CopyAsyncCommit();
   // Step s's two groups: where they start relative to the tile's first
   // staged row (kernel row r is r * dilation_h rows below it) and their
   // first element in the kernel row (`row` past the last group: masked).
@@ -167,9 +174,11 @@ __global__ void __launch_bounds__(32 * kWarps, kResidentWarps / kWarps)
     b_offset[f] = (16 * f + (lane & 7) + ((lane >> 4) << 3)) * d.weight_stride +
                   ((lane >> 3) & 1) * kG;
   }
-  // The weights, the table and the biases (no kernel writes them) are in
-  // before the wait; the input is not read before it (dependent_launch.h).
+  // The weights, the table and the biases (no kernel writes them) are on
+  // their way before the wait; the input is not read before it
+  // (dependent_launch.h).
   AwaitPreviousKernel();
+  CopyAsyncWait<0>();  // the weights are in, for the first tile's barrier
 
   // This block's tiles, in the order (n, column tile, p): p fastest.
   const int per_block = (d.tiles + gridDim.x - 1) / gridDim.x;
@@ -280,7 +289,6 @@ NarrowDims DimsOf(const ConvLayerProblem& problem, const DirectNarrowLayout& l,
   d.tiles = d.n * d.column_tiles * d.p;
   const int group = 16 / static_cast<int>(DTypeSize(problem.dtype));
   d.by_input_stride = FastDivisor::Of(d.input_stride);
-  d.by_row_groups = FastDivisor::Of(d.weight_stride / group);
   d.by_groups = FastDivisor::Of(d.groups);
   d.by_span = FastDivisor::Of(d.span);
   d.by_p = FastDivisor::Of(d.p);
@@ -294,8 +302,6 @@ NarrowDims DimsOf(const ConvLayerProblem& problem, const DirectNarrowLayout& l,
   d.vector_phase = by_group ? ((-d.pad_w * d.c) % group + group) % group : -1;
   d.staged_groups = by_group ? (d.vector_phase + d.input_stride + group - 1) / group : 1;
   d.by_staged_groups = FastDivisor::Of(d.staged_groups);
-  d.by_row = FastDivisor::Of(d.row);
-  d.by_kernel = FastDivisor::Of(d.r * d.row);
   return d;
 }
 
@@ -331,7 +337,7 @@ absl::Status Launch(const ConvLayerProblem& problem, const ConvLayerBuffers& b,
   CUDA_RETURN_IF_ERROR(LaunchDependent(
       kernel, dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(channel_tiles)),
       dim3(kThreads), static_cast<size_t>(bytes), stream, static_cast<const T*>(b.x),
-      static_cast<const T*>(b.w), static_cast<const T*>(b.bias), static_cast<T*>(b.y), d,
+      static_cast<const T*>(b.w_narrow), static_cast<const T*>(b.bias), static_cast<T*>(b.y), d,
       problem.activation));
   return absl::OkStatus();
 }
@@ -394,6 +400,10 @@ absl::Status LaunchDirectNarrow(const ConvLayerProblem& problem, const EngineCon
       kDirectNarrowComputeCapability) {
     return absl::FailedPreconditionError(
         "the direct narrow GEMM needs mma.sync (compute capability 8.0)");
+  }
+  if (buffers.w_narrow == nullptr) {
+    return absl::InvalidArgumentError(
+        "the direct narrow GEMM needs its packed weights (ConvLayerBuffers::w_narrow)");
   }
   switch (problem.dtype) {
     case DType::kFloat16:

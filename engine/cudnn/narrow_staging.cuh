@@ -1,7 +1,7 @@
-// How the narrow GEMM (engine/cudnn/direct_narrow.cu) copies its weights
-// and a tile's new input rows into shared memory, 16 bytes a load where
-// the rows start on 16-byte boundaries: the layer's sizes as the kernel
-// sees them, and the copies.
+// How the narrow GEMM (engine/cudnn/direct_narrow.cu) copies a tile's new
+// input rows into shared memory, 16 bytes a load where the rows start on
+// 16-byte boundaries: the layer's sizes as the kernel sees them, and the
+// copies. (Its weights come packed, DirectNarrowPackedWeights.)
 #ifndef CONVSERVE_ENGINE_CUDNN_NARROW_STAGING_CUH_
 #define CONVSERVE_ENGINE_CUDNN_NARROW_STAGING_CUH_
 
@@ -27,12 +27,10 @@ struct NarrowDims : DirectConvDims {
   int column_tiles;  // tiles per output row
   int tiles;         // n * column_tiles * p
   // The divisions of the kernel's copy loops and tile order, by sizes fixed
-  // at launch: input_stride, weight_stride / kGroup (row_groups), groups,
-  // span, p, column_tiles, staged_groups, row and R * row (a kernel row's and
-  // a channel's weights). Divided at run time they cost about 20
-  // instructions each, several per staged element.
-  FastDivisor by_input_stride, by_row_groups, by_groups, by_span, by_p, by_column_tiles,
-      by_staged_groups, by_row, by_kernel;
+  // at launch: input_stride, groups, span, p, column_tiles and
+  // staged_groups. Divided at run time they cost about 20 instructions
+  // each, several per staged element.
+  FastDivisor by_input_stride, by_groups, by_span, by_p, by_column_tiles, by_staged_groups;
   // A multiple of span at least pad_h, so an input row plus it is >= 0.
   int wrap_bias;
   // Where input rows start on 16-byte boundaries (W*C a multiple of a
@@ -61,100 +59,6 @@ __device__ inline int RingSlot(const NarrowDims& d, int h) {
 
 // Loads a thread has in flight before it stores them, when staging.
 constexpr int kStageBatch = 8;
-
-// 16-bit weights, one 16-byte store a group of the layout: group i of
-// channel c holds kernel row i / groups, elements (i % groups) * kGroup on,
-// each loaded on its own (4 groups in flight).
-template <typename T, int kChannels, int kThreads>
-__device__ inline void CopyWeightsByElement(const T* w, const NarrowDims& d, T* weights,
-                                            int channel0) {
-  static_assert(sizeof(T) == 2, "float32 weights are copied by group");
-  constexpr int kG = kGroup<T>;
-  const int row_groups = d.weight_stride / kG;
-#pragma unroll 4
-  for (int i = threadIdx.x; i < kChannels * row_groups; i += kThreads) {
-    const int channel = d.by_row_groups.Divide(i), group = i - channel * row_groups;
-    const int r = d.by_groups.Divide(group), first = (group - r * d.groups) * kG;
-    const bool real = r < d.r && channel0 + channel < d.k;
-    const T* source = w + ((channel0 + channel) * d.r + r) * d.row + first;
-    union {
-      T v[kG];
-      uint4 bits;
-    } values;
-#pragma unroll
-    for (int e = 0; e < kG; ++e) {
-      values.v[e] = real && first + e < d.row ? source[e] : FromFloat<T>(0.f);
-    }
-    *reinterpret_cast<uint4*>(weights + i * kG) = values.bits;
-  }
-}
-
-// Float32 weights 16 bytes a load: in KRSC the block's channels are one run
-// of R * row elements a channel, which starts and ends on 16-byte
-// boundaries (w aligned, channel0 a multiple of 64 and K of 8). All of a
-// thread's loads are in flight at once (the stem's: 3 waits for the memory,
-// not 6 as element by element), and each group's 4 elements are stored
-// where they go, over zeros.
-template <int kChannels, int kThreads>
-__device__ inline void CopyWeightsByGroup(const float* w, const NarrowDims& d, float* weights,
-                                          int channel0) {
-  constexpr int kG = kGroup<float>;
-  const int kernel = d.r * d.row, row_pitch = d.groups * kG;
-  const int count = min(kChannels, d.k - channel0) * kernel / kG;
-  const float4* run = reinterpret_cast<const float4*>(w + channel0 * kernel);
-  for (int i = threadIdx.x; i < kChannels * d.weight_stride / kG; i += kThreads) {
-    reinterpret_cast<float4*>(weights)[i] = make_float4(0.f, 0.f, 0.f, 0.f);
-  }
-  __syncthreads();  // the zeros before the weights over them
-  for (int base = threadIdx.x; base < count; base += kStageBatch * kThreads) {
-    float4 values[kStageBatch];
-#pragma unroll
-    for (int j = 0; j < kStageBatch; ++j) {
-      const int i = base + j * kThreads;
-      values[j] = i < count ? __ldg(run + i) : make_float4(0.f, 0.f, 0.f, 0.f);
-    }
-#pragma unroll
-    for (int j = 0; j < kStageBatch; ++j) {
-      const int i = base + j * kThreads;
-      if (i >= count) break;
-      // Where the group's first element goes; the others follow it, to the
-      // next kernel row or channel at the end of one.
-      const int channel = d.by_kernel.Divide(i * kG), in_channel = i * kG - channel * kernel;
-      int r = d.by_row.Divide(in_channel), e = in_channel - r * d.row;
-      float* to = weights + channel * d.weight_stride + r * row_pitch;
-      const float elements[kG] = {values[j].x, values[j].y, values[j].z, values[j].w};
-#pragma unroll
-      for (int k = 0; k < kG; ++k) {
-        to[e] = Staged(elements[k]);
-        if (++e == d.row) {
-          e = 0;
-          to += row_pitch;
-          if (++r == d.r) {
-            r = 0;
-            to += d.weight_stride - d.r * row_pitch;
-          }
-        }
-      }
-    }
-  }
-}
-
-// The weights of output channels [channel0, channel0 + kChannels) as the
-// MMAs read them: channel c's kernel row r at c * weight_stride + r *
-// groups * kGroup, zeros after its `row` elements, after its R rows and for
-// channels past K. Float32 (rounded to TF32) by group, the 16-bit types by
-// element: what was faster for each. The 16-bit stem at batch 1 took 7.7
-// us by group against 5.4 (a group's 8 elements cost more to place than
-// its loads save), float32 10.3 against 12.1 (docs/cudnn.md, "Short
-// kernel rows").
-template <typename T, int kChannels, int kThreads>
-__device__ inline void CopyWeights(const T* w, const NarrowDims& d, T* weights, int channel0) {
-  if constexpr (sizeof(T) == 4) {
-    CopyWeightsByGroup<kChannels, kThreads>(w, d, weights, channel0);
-  } else {
-    CopyWeightsByElement<T, kChannels, kThreads>(w, d, weights, channel0);
-  }
-}
 
 // Input rows [from, from + rows) of image n, elements [first, first +
 // input_stride) of each (zeros outside the image), into their ring slots,

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/cudnn/cudnn_status.h"
+#include "engine/cudnn/direct_conv.h"
 #include "engine/cudnn/probe_buffers.h"
 #include "engine/status_macros.h"
 
@@ -156,9 +157,12 @@ absl::StatusOr<ProbeBuffers> ProbeBuffers::Create(const ConvLayerProblem& proble
   probe.w_fill_ = {NumElements(problem.weights), seed + 1,
                    1.0f / std::sqrt(static_cast<float>(fan_in))};
   probe.bias_fill_ = {problem.output[1], seed + 2, 1.0f};
+  probe.narrow_fill_ = {DirectNarrowPackedBytes(problem) / static_cast<int64_t>(element),
+                        seed + 3, probe.w_fill_.scale};
   ASSIGN_OR_RETURN(probe.x_, probe.Allocate(probe.x_fill_.count * element));
   ASSIGN_OR_RETURN(probe.w_, probe.Allocate(probe.w_fill_.count * element));
   ASSIGN_OR_RETURN(probe.bias_, probe.Allocate(probe.bias_fill_.count * element));
+  ASSIGN_OR_RETURN(probe.narrow_w_, probe.Allocate(probe.narrow_fill_.count * element));
   ASSIGN_OR_RETURN(probe.y_, probe.Allocate(NumElements(problem.output) * element));
   ASSIGN_OR_RETURN(probe.workspace_, probe.Allocate(0));
   ASSIGN_OR_RETURN(probe.results_, DeviceBuffer::Create(kSlots * sizeof(unsigned long long)));
@@ -179,6 +183,7 @@ ConvLayerBuffers ProbeBuffers::buffers() const {
   b.w = w_.data();
   // Timed as the layer runs with its rounded copy (values do not matter).
   b.w_tf32 = problem_.dtype == DType::kFloat32 ? w_.data() : nullptr;
+  b.w_narrow = narrow_fill_.count > 0 ? narrow_w_.data() : nullptr;
   b.bias = problem_.has_bias ? bias_.data() : nullptr;
   b.y = y_.data();
   b.workspace = workspace_.data();
@@ -186,11 +191,11 @@ ConvLayerBuffers ProbeBuffers::buffers() const {
 }
 
 absl::Status ProbeBuffers::Reset() {
-  for (const Guarded* buffer : {&x_, &w_, &bias_, &y_, &workspace_}) {
+  for (const Guarded* buffer : {&x_, &w_, &bias_, &y_, &workspace_, &narrow_w_}) {
     RETURN_IF_ERROR(ResetBlock(*buffer));
   }
   const std::pair<const Guarded*, const Fill*> inputs[] = {
-      {&x_, &x_fill_}, {&w_, &w_fill_}, {&bias_, &bias_fill_}};
+      {&x_, &x_fill_}, {&w_, &w_fill_}, {&bias_, &bias_fill_}, {&narrow_w_, &narrow_fill_}};
   for (const auto& [buffer, fill] : inputs) {
     RETURN_IF_ERROR(Uniform(problem_.dtype, buffer->data(), fill->count, fill->seed, fill->scale,
                             /*verify=*/false, nullptr, stream_));
@@ -253,9 +258,13 @@ absl::Status ProbeBuffers::Check(bool check_output) {
   RETURN_IF_ERROR(CheckGuards(bias_, "bias", &ok, &report));
   RETURN_IF_ERROR(CheckGuards(y_, "y", &ok, &report));
   RETURN_IF_ERROR(CheckGuards(workspace_, "workspace", &ok, &report));
+  RETURN_IF_ERROR(CheckGuards(narrow_w_, "packed w", &ok, &report));
   RETURN_IF_ERROR(CheckInput(x_, x_fill_, "x", &ok, &report));
   RETURN_IF_ERROR(CheckInput(w_, w_fill_, "w", &ok, &report));
   if (problem_.has_bias) RETURN_IF_ERROR(CheckInput(bias_, bias_fill_, "bias", &ok, &report));
+  if (narrow_fill_.count > 0) {
+    RETURN_IF_ERROR(CheckInput(narrow_w_, narrow_fill_, "packed w", &ok, &report));
+  }
   if (check_output) {
     unsigned long long* results = static_cast<unsigned long long*>(results_.data());
     CUDA_RETURN_IF_ERROR(cudaMemsetAsync(results, 0, kSlots * sizeof(unsigned long long), stream_));

@@ -25,7 +25,8 @@ namespace convserve {
 class ProbeBuffers {
  public:
   // Allocates and fills the layer's x, w and bias (uniform in [-1, 1],
-  // weights scaled by 1/sqrt(fan-in) so 16-bit outputs stay finite) on the
+  // weights scaled by 1/sqrt(fan-in) so 16-bit outputs stay finite), and
+  // the narrow GEMM's packed weights where it runs the layer, on the
   // current device.
   static absl::StatusOr<ProbeBuffers> Create(const ConvLayerProblem& problem,
                                              cudaStream_t stream, uint64_t seed);
@@ -75,8 +76,10 @@ class ProbeBuffers {
 
   ConvLayerProblem problem_;
   cudaStream_t stream_;
-  Fill x_fill_, w_fill_, bias_fill_;
-  Guarded x_, w_, bias_, y_, workspace_;
+  Fill x_fill_, w_fill_, bias_fill_, narrow_fill_;
+  // narrow_w_: the narrow GEMM's packed weights where it runs the layer
+  // (DirectNarrowPackedBytes), random like w_ (values do not matter).
+  Guarded x_, w_, bias_, y_, workspace_, narrow_w_;
   DeviceBuffer results_;  // counters the check kernels write
 };
 

@@ -333,6 +333,7 @@ ConvLayerBuffers LayerBuffers(const std::vector<void*>& places, const DeviceWeig
   b.y = places[i + 1];
   b.w = weights.weights(i);
   b.w_tf32 = weights.tf32_weights(i);
+  b.w_narrow = weights.narrow_weights(i);
   b.bias = weights.bias(i);
   b.workspace = workspace;
   return b;

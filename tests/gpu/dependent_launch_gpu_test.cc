@@ -256,6 +256,7 @@ class DependentLaunchTest : public CudnnDeviceTest {
         b.x = input;
         b.w = ready.weights->weights(i);
         b.w_tf32 = ready.weights->tf32_weights(i);
+        b.w_narrow = ready.weights->narrow_weights(i);
         b.bias = ready.weights->bias(i);
         b.y = y;
         RETURN_IF_ERROR(ready.plans[i]->Bind(ready.problems[i], b));

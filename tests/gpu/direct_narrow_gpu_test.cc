@@ -219,6 +219,7 @@ TEST_F(DirectNarrowTest, AnInfinityStaysInItsWindows) {
       ConvLayerBuffers buffers;
       buffers.x = layer.x.data();
       buffers.w = layer.weights->weights(0);
+      buffers.w_narrow = layer.weights->narrow_weights(0);
       buffers.bias = layer.weights->bias(0);
       buffers.y = y->data();
       ASSERT_EQ(plan->Bind(layer.problem, buffers), absl::OkStatus());

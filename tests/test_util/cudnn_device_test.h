@@ -301,6 +301,7 @@ class CudnnDeviceTest : public ::testing::Test {
     buffers.x = x.data();
     buffers.w = weights.weights(0);
     if (tf32_copy) buffers.w_tf32 = weights.tf32_weights(0);
+    buffers.w_narrow = weights.narrow_weights(0);
     buffers.bias = weights.bias(0);
     buffers.y = y->data();
     buffers.workspace = workspace->data();
