@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "engine/conv_layer_problem.h"
 #include "engine/cudnn/cudnn_status.h"
 #include "engine/cudnn/direct_conv.h"
@@ -67,6 +68,10 @@ absl::StatusOr<std::unique_ptr<DeviceWeights>> DeviceWeights::Upload(const Graph
     if (const ConvLayerProblem problem = KernelProblem(graph, i);
         DirectNarrowPackedBytes(problem) > 0) {
       const std::string packed = DirectNarrowPackedWeights(problem, layer.weights);
+      if (packed.empty()) {
+        return absl::InternalError(absl::StrCat("layer ", i, "'s ", layer.weights.size(),
+                                                " bytes of weights are not its kernel's"));
+      }
       ASSIGN_OR_RETURN(narrow, Copy(packed.data(), packed.size()));
       uploaded->bytes_ += static_cast<int64_t>(packed.size());
     }

@@ -346,10 +346,13 @@ int64_t DirectNarrowPackedBytes(const ConvLayerProblem& problem) {
 
 std::string DirectNarrowPackedWeights(const ConvLayerProblem& problem, const std::string& krsc) {
   std::string packed(static_cast<size_t>(DirectNarrowPackedBytes(problem)), '\0');
-  if (packed.empty()) return packed;
   const DirectNarrowLayout l = DirectNarrowLayoutOf(problem, kTilePixelChoices[0]);
   const auto size = static_cast<int64_t>(DTypeSize(problem.dtype));
   const int64_t rows = problem.weights[2], row_pitch = l.groups * (16 / size);
+  if (packed.empty() ||
+      static_cast<int64_t>(krsc.size()) != problem.output[1] * rows * l.row * size) {
+    return "";
+  }
   for (int64_t c = 0; c < problem.output[1]; ++c) {
     for (int64_t r = 0; r < rows; ++r) {
       const char* from = krsc.data() + (c * rows + r) * l.row * size;

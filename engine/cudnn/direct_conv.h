@@ -182,7 +182,7 @@ DirectNarrowLayout DirectNarrowLayoutOf(const ConvLayerProblem& problem, int64_t
 // not matter).
 int64_t DirectNarrowPackedBytes(const ConvLayerProblem& problem);
 // `krsc` (the layer's weights, KRSC) packed so; empty where
-// DirectNarrowPackedBytes is 0.
+// DirectNarrowPackedBytes is 0 or `krsc` is not K*R*S*C elements.
 std::string DirectNarrowPackedWeights(const ConvLayerProblem& problem, const std::string& krsc);
 
 // Why the pointwise GEMM (engine 3) does not run `problem`, or "" when it

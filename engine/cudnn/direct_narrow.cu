@@ -28,8 +28,8 @@
 // rounded to TF32, as the staged input is rounded when staged). A
 // warp computes 32 pixels (two m16 tiles), or 16 (one, knob 8: twice the
 // warps a tile), by the 64 channels and writes them from its registers
-// after bias, activation and one rounding. The copies of the weights and
-// the input rows are in narrow_staging.cuh.
+// after bias, activation and one rounding. The input rows' copies are in
+// narrow_staging.cuh.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 

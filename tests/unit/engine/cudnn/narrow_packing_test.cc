@@ -110,6 +110,10 @@ TEST(NarrowPackingTest, OnlyLayersTheNarrowGemmRunsArePacked) {
   p = Narrow(DType::kFloat16, 3, 64);
   const int64_t bytes = DirectNarrowPackedBytes(p);
   EXPECT_GT(bytes, 0);
+  // Weights of another size are refused, not read past.
+  EXPECT_EQ(DirectNarrowPackedWeights(p, std::string(64 * 3 * 49 * 2 - 2, '\1')), "");
+  EXPECT_EQ(DirectNarrowPackedWeights(p, std::string(64 * 3 * 49 * 2, '\1')).size(),
+            static_cast<size_t>(bytes));
   p.input = {1, 3, 7, 7};
   p.output = {1, 64, 1, 1};
   EXPECT_EQ(DirectNarrowPackedBytes(p), bytes);
