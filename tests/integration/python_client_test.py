@@ -139,10 +139,10 @@ class Test:
             self.server = subprocess.Popen(
                 # No /metrics: its default port is shared by every server on
                 # the machine (a concurrent test's would make this one exit).
-                [self.args.server, "--listen=127.0.0.1:%d" % self.port, "--backend=cpu",
-                 "--metrics_listen="],
+                die_with_parent([self.args.server, "--listen=127.0.0.1:%d" % self.port,
+                                 "--backend=cpu", "--metrics_listen="]),
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                env=self.env, preexec_fn=die_with_parent)
+                env=self.env)
         finally:
             log.close()
         self.channel = self.grpc.insecure_channel(
@@ -226,9 +226,9 @@ class Test:
                "--input_shape=" + ",".join(str(d) for d in INPUT_SHAPE),
                "--input_seed=%d" % input_seed, "--save_input=" + in_path,
                "--save_output=" + out_path, "--protocol=" + protocol]
-        done = subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, timeout=LOAD_TIMEOUT_S, env=self.env,
-                              preexec_fn=die_with_parent)
+        done = subprocess.run(die_with_parent(cmd), stdin=subprocess.DEVNULL,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              timeout=LOAD_TIMEOUT_S, env=self.env)
         text = done.stdout.decode(errors="replace")
         with open(os.path.join(self.work, "load_%s.log" % tag), "w") as f:
             f.write(" ".join(cmd) + "\n" + text)

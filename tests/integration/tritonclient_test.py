@@ -100,6 +100,7 @@ class Test(ModelChecks):
         # preexec_fn (fork, Python code, exec) then ran them on descriptors
         # subprocess had just closed and aborted before exec (grpcio 1.85:
         # "epoll_wait error: Bad file descriptor", exit -6, in one run of 3).
+        # Children now run no Python before exec (die_with_parent).
         os.environ["GRPC_ENABLE_FORK_SUPPORT"] = "false"
         self.checks = Checks()
         self.server = ServerProcess(args.server, ["--backend=cpu", "--metrics_listen="],
@@ -223,9 +224,9 @@ class Test(ModelChecks):
                "--input_shape=" + ",".join(str(d) for d in model.input_shape),
                "--input_seed=%d" % model.input_seed, "--save_input=" + in_path,
                "--save_output=" + out_path]
-        done = subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, timeout=LOAD_TIMEOUT_S, env=self.env,
-                              preexec_fn=die_with_parent)
+        done = subprocess.run(die_with_parent(cmd), stdin=subprocess.DEVNULL,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              timeout=LOAD_TIMEOUT_S, env=self.env)
         text = done.stdout.decode(errors="replace")
         assert done.returncode == 0, "convserve-load exited with %d:\n%s" % (done.returncode, text)
         assert "loaded graph '%s'" % model.name in text, "no 'loaded graph' line:\n" + text

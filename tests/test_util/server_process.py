@@ -5,6 +5,7 @@ Standard library only, so any Python (Debian's or a venv's) can import it.
 """
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -71,15 +72,16 @@ def clean_env():
     return env
 
 
-def die_with_parent():
-    """preexec_fn: the child gets SIGTERM if this process dies (e.g. killed by
-    a ctest timeout), so no server is left behind."""
-    try:
-        import ctypes
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except Exception:  # noqa: BLE001 - best effort only
-        pass
+def die_with_parent(cmd):
+    """`cmd` started so that it gets SIGTERM if this process dies (e.g. killed
+    by a ctest timeout), so no server is left behind: through util-linux's
+    setpriv, which sets the parent-death signal and execs it, where setpriv
+    is installed. Not a preexec_fn: Python code between fork and exec can
+    deadlock in a process with gRPC's threads (python_client_test's first
+    convserve-load hung there until ctest's 300 s timeout, once, under a
+    loaded machine)."""
+    setpriv = shutil.which("setpriv")
+    return ([setpriv, "--pdeathsig", "TERM", "--"] if setpriv else []) + list(cmd)
 
 
 def free_port():
@@ -131,9 +133,9 @@ class ServerProcess:
             log.write(("---- starting on port %d\n" % self.port).encode())
             log.flush()
             self.process = subprocess.Popen(
-                [self.binary, "--listen=127.0.0.1:%d" % self.port] + self.flags,
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=self.env,
-                preexec_fn=die_with_parent)
+                die_with_parent([self.binary, "--listen=127.0.0.1:%d" % self.port] +
+                                self.flags),
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=self.env)
         deadline = time.monotonic() + self.ready_timeout_s
         why = "not polled"
         while time.monotonic() < deadline:
