@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <map>
+#include <utility>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -160,26 +161,30 @@ absl::StatusOr<ConvLayerProblem> ConvLayerProblem::Parse(absl::string_view text)
   return p;
 }
 
+ConvLayerProblem MakeLayerProblem(const Graph& graph, size_t i, Shape input, Shape output) {
+  const GraphSpec& spec = graph.spec();
+  const ConvLayerSpec& layer = spec.layers[i];
+  ConvLayerProblem problem;
+  problem.dtype = spec.dtype;
+  problem.channels_last = IsChannelsLast(spec.layout);
+  problem.input = std::move(input);
+  problem.weights = graph.WeightShape(i);
+  problem.output = std::move(output);
+  problem.stride = layer.stride;
+  problem.dilation = layer.dilation;
+  problem.pad_before = layer.pad_before;
+  problem.pad_after = layer.pad_after;
+  problem.has_bias = !layer.bias.empty();
+  problem.activation = layer.activation;
+  return problem;
+}
+
 std::vector<ConvLayerProblem> MakeLayerProblems(const Graph& graph, const Shape& input_shape,
                                                 const std::vector<Shape>& outputs) {
-  const GraphSpec& spec = graph.spec();
   std::vector<ConvLayerProblem> problems;
   Shape layer_input = input_shape;
-  for (size_t i = 0; i < spec.layers.size(); ++i) {
-    const ConvLayerSpec& layer = spec.layers[i];
-    ConvLayerProblem problem;
-    problem.dtype = spec.dtype;
-    problem.channels_last = IsChannelsLast(spec.layout);
-    problem.input = layer_input;
-    problem.weights = graph.WeightShape(i);
-    problem.output = outputs[i];
-    problem.stride = layer.stride;
-    problem.dilation = layer.dilation;
-    problem.pad_before = layer.pad_before;
-    problem.pad_after = layer.pad_after;
-    problem.has_bias = !layer.bias.empty();
-    problem.activation = layer.activation;
-    problems.push_back(std::move(problem));
+  for (size_t i = 0; i < graph.spec().layers.size(); ++i) {
+    problems.push_back(MakeLayerProblem(graph, i, layer_input, outputs[i]));
     layer_input = outputs[i];
   }
   return problems;

@@ -45,6 +45,8 @@ struct ConvLayerProblem {
   bool operator==(const ConvLayerProblem& other) const { return Encode() == other.Encode(); }
 };
 
+// Layer `i` of `graph` as a problem of `input` and `output` shapes.
+ConvLayerProblem MakeLayerProblem(const Graph& graph, size_t i, Shape input, Shape output);
 // The problems of every layer of `graph` for a checked input shape, with
 // `outputs` from Graph::InferShapes.
 std::vector<ConvLayerProblem> MakeLayerProblems(const Graph& graph, const Shape& input_shape,

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -22,25 +23,21 @@ absl::StatusOr<DeviceBuffer> Copy(const void* data, size_t bytes) {
   return buffer;
 }
 
-// Layer `i` as a problem of the smallest input its kernel covers: what the
-// narrow GEMM's packing depends on (dtype, layout, channels, kernel, stride
-// and dilation), whatever the input's size.
+// Layer `i` on a nominal input, one image the kernel's size, without
+// padding, and a one-pixel output (not checked against each other): what
+// the narrow GEMM's packing depends on (dtype, layout, channels, kernel,
+// stride and dilation) does not depend on the input's size.
 ConvLayerProblem KernelProblem(const Graph& graph, size_t i) {
-  const GraphSpec& spec = graph.spec();
-  const ConvLayerSpec& layer = spec.layers[i];
-  ConvLayerProblem problem;
-  problem.dtype = spec.dtype;
-  problem.channels_last = IsChannelsLast(spec.layout);
-  problem.weights = graph.WeightShape(i);
-  problem.input = {1, problem.weights[1] * std::max<int64_t>(layer.groups, 1)};
-  problem.output = {1, layer.out_channels};
-  for (size_t d = 2; d < problem.weights.size(); ++d) {
-    problem.input.push_back(problem.weights[d]);
-    problem.output.push_back(1);
+  const Shape weights = graph.WeightShape(i);
+  const ConvLayerSpec& layer = graph.spec().layers[i];
+  Shape input = {1, weights[1] * std::max<int64_t>(layer.groups, 1)};
+  Shape output = {1, weights[0]};
+  for (size_t d = 2; d < weights.size(); ++d) {
+    input.push_back(weights[d]);
+    output.push_back(1);
   }
-  problem.stride = layer.stride;
-  problem.dilation = layer.dilation;
-  problem.pad_before = problem.pad_after = std::vector<int64_t>(layer.stride.size(), 0);
+  ConvLayerProblem problem = MakeLayerProblem(graph, i, std::move(input), std::move(output));
+  problem.pad_before = problem.pad_after = std::vector<int64_t>(weights.size() - 2, 0);
   return problem;
 }
 

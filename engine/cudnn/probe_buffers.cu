@@ -162,7 +162,9 @@ absl::StatusOr<ProbeBuffers> ProbeBuffers::Create(const ConvLayerProblem& proble
   ASSIGN_OR_RETURN(probe.x_, probe.Allocate(probe.x_fill_.count * element));
   ASSIGN_OR_RETURN(probe.w_, probe.Allocate(probe.w_fill_.count * element));
   ASSIGN_OR_RETURN(probe.bias_, probe.Allocate(probe.bias_fill_.count * element));
-  ASSIGN_OR_RETURN(probe.narrow_w_, probe.Allocate(probe.narrow_fill_.count * element));
+  if (probe.narrow_fill_.count > 0) {
+    ASSIGN_OR_RETURN(probe.narrow_w_, probe.Allocate(probe.narrow_fill_.count * element));
+  }
   ASSIGN_OR_RETURN(probe.y_, probe.Allocate(NumElements(problem.output) * element));
   ASSIGN_OR_RETURN(probe.workspace_, probe.Allocate(0));
   ASSIGN_OR_RETURN(probe.results_, DeviceBuffer::Create(kSlots * sizeof(unsigned long long)));
@@ -191,12 +193,14 @@ ConvLayerBuffers ProbeBuffers::buffers() const {
 }
 
 absl::Status ProbeBuffers::Reset() {
-  for (const Guarded* buffer : {&x_, &w_, &bias_, &y_, &workspace_, &narrow_w_}) {
+  for (const Guarded* buffer : {&x_, &w_, &bias_, &y_, &workspace_}) {
     RETURN_IF_ERROR(ResetBlock(*buffer));
   }
+  if (narrow_fill_.count > 0) RETURN_IF_ERROR(ResetBlock(narrow_w_));
   const std::pair<const Guarded*, const Fill*> inputs[] = {
       {&x_, &x_fill_}, {&w_, &w_fill_}, {&bias_, &bias_fill_}, {&narrow_w_, &narrow_fill_}};
   for (const auto& [buffer, fill] : inputs) {
+    if (fill->count == 0) continue;  // narrow_w_ where the narrow GEMM does not run
     RETURN_IF_ERROR(Uniform(problem_.dtype, buffer->data(), fill->count, fill->seed, fill->scale,
                             /*verify=*/false, nullptr, stream_));
   }
@@ -258,11 +262,11 @@ absl::Status ProbeBuffers::Check(bool check_output) {
   RETURN_IF_ERROR(CheckGuards(bias_, "bias", &ok, &report));
   RETURN_IF_ERROR(CheckGuards(y_, "y", &ok, &report));
   RETURN_IF_ERROR(CheckGuards(workspace_, "workspace", &ok, &report));
-  RETURN_IF_ERROR(CheckGuards(narrow_w_, "packed w", &ok, &report));
   RETURN_IF_ERROR(CheckInput(x_, x_fill_, "x", &ok, &report));
   RETURN_IF_ERROR(CheckInput(w_, w_fill_, "w", &ok, &report));
   if (problem_.has_bias) RETURN_IF_ERROR(CheckInput(bias_, bias_fill_, "bias", &ok, &report));
   if (narrow_fill_.count > 0) {
+    RETURN_IF_ERROR(CheckGuards(narrow_w_, "packed w", &ok, &report));
     RETURN_IF_ERROR(CheckInput(narrow_w_, narrow_fill_, "packed w", &ok, &report));
   }
   if (check_output) {

@@ -78,7 +78,8 @@ class ProbeBuffers {
   cudaStream_t stream_;
   Fill x_fill_, w_fill_, bias_fill_, narrow_fill_;
   // narrow_w_: the narrow GEMM's packed weights where it runs the layer
-  // (DirectNarrowPackedBytes), random like w_ (values do not matter).
+  // (DirectNarrowPackedBytes), random like w_ (values do not matter);
+  // unallocated elsewhere.
   Guarded x_, w_, bias_, y_, workspace_, narrow_w_;
   DeviceBuffer results_;  // counters the check kernels write
 };
