@@ -100,7 +100,8 @@ int64_t GemmChunks(const ConvLayerProblem& problem) {
 }  // namespace
 
 std::string DirectPointwiseRejection(const ConvLayerProblem& problem) {
-  if (std::string why = PointwiseLayerRejection(problem, "the pointwise GEMM"); !why.empty()) {
+  if (std::string why = PointwiseLayerRejection(problem, "the pointwise GEMM", /*float32=*/true);
+      !why.empty()) {
     return why;
   }
   const int64_t c = problem.input[1], k = problem.output[1];
@@ -189,20 +190,32 @@ std::vector<std::pair<double, EngineConfigId>> HaloConfigs(const ConvLayerProble
   return configs;
 }
 
+// Whether `blocks_per_sm` blocks of the pointwise GEMM computing `channels`
+// of `problem`'s output channels fit in an SM's shared memory.
+bool PointwiseFits(const ConvLayerProblem& problem, int64_t channels, int64_t blocks_per_sm) {
+  const int64_t bytes = DirectPointwiseSharedBytes(problem.input[1], channels,
+                                                   static_cast<int64_t>(DTypeSize(problem.dtype)));
+  return bytes <= kDirectMaxSharedBytes &&
+         blocks_per_sm * (bytes + 1024) <= kDirectSharedBytesPerSm;
+}
+
 // The pointwise GEMM's configurations with the blocks each launches (one a
 // tile and slice at most): a block computes all K output channels (no
-// knob 2) or, when a block a tile leaves SMs idle, a slice of them.
+// knob 2) or, when a block a tile leaves SMs idle or all K's weights do not
+// fit, a slice of them; each with the blocks an SM whose shared memory fits.
 std::vector<std::pair<double, EngineConfigId>> PointwiseConfigs(const ConvLayerProblem& problem) {
   const int64_t pixels = problem.output[0] * problem.output[2] * problem.output[3];
   const int64_t tiles = PointwiseTiles(pixels);
   const int64_t k = problem.output[1];
+  const bool sliced = tiles < kBlocksGuess || !PointwiseFits(problem, k, 1);
   std::vector<int64_t> slices = {k};
   for (int64_t slice : kSliceChoices) {
-    if (tiles < kBlocksGuess && slice < k && k % slice == 0) slices.push_back(slice);
+    if (sliced && slice < k && k % slice == 0) slices.push_back(slice);
   }
   std::vector<std::pair<double, EngineConfigId>> configs;
   for (int64_t slice : slices) {
     for (int64_t blocks_per_sm : kBlocksPerSmChoices) {
+      if (!PointwiseFits(problem, slice, blocks_per_sm)) continue;
       EngineConfigId id;
       id.path = LayerPath::kDirect;
       id.engine = kDirectPointwiseEngine;

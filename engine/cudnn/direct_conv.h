@@ -41,15 +41,17 @@
 // ran ResNet-50's stem at 17-21% of its floor at batch 32 (docs/cudnn.md).
 //
 // Engine 3, the pointwise GEMM, for 1x1 convs with stride 1 and no padding
-// on 32 or 64 channels (float16 or bfloat16, channels-last) into K, a
-// multiple of 32 up to kDirectPointwiseMaxChannels: the pointwise pair
-// kernel's first conv on its own (engine/cudnn/direct_pointwise.cu). Blocks
-// keep the weights in shared memory and stream 128-pixel tiles through it;
-// knob 5 is the blocks launched per SM (2 or 1), knob 2 the output channels
-// a block computes (64 or 128; absent: all K), so that a layer of few
-// tiles (batch 1) has K/knob 2 times the blocks. For the layers with many
-// pixels and a short reduction, memory-bound, where cuDNN ran at 57-69% of
-// the bandwidth floor (ResNet-50's 64->64 and 64->256 at batch 32).
+// on 32 or 64 channels (channels-last; float32 in TF32) into K, a multiple
+// of 32 up to kDirectPointwiseMaxChannels: the pointwise pair kernel's
+// first conv on its own (engine/cudnn/direct_pointwise.cu). Blocks keep
+// the weights in shared memory and stream 128-pixel tiles through it; knob
+// 5 is the blocks launched per SM (2 or 1, where their shared memory fits),
+// knob 2 the output channels a block computes (64 or 128; absent: all K),
+// so that a layer of few tiles (batch 1) has K/knob 2 times the blocks, and
+// a float32 layer whose weights for all K do not fit runs at all. For the
+// layers with many pixels and a short reduction, memory-bound, where
+// cuDNN ran at 57-69% of the bandwidth floor (ResNet-50's 64->64 and
+// 64->256 at batch 32), and float32 64->256 at batch 1.
 //
 // Engine 4, the halo GEMM, for 3x3 convs with stride and dilation 1 (any
 // padding) on 32, 64, 128 or 256 channels (channels-last; float32 in TF32)
@@ -86,12 +88,12 @@
 namespace convserve {
 
 // The direct path's revision, in the plan store's policy key: raised with
-// each engine or configuration added, or an engine made faster (now 11:
-// engines 0-4, engine 3's output-channel slices, engine 4's split taps and
-// one-buffer tiles, engine 2's warps of 16 pixels and packed weights and
-// engine 1's cluster mailbox), so that engine choices stored by an older
-// server, which never raced the new ones, are searched again.
-inline constexpr int kDirectPathRevision = 11;
+// each engine or configuration added, or an engine made faster (now 12:
+// engines 0-4, engine 3's output-channel slices and float32, engine 4's
+// split taps and one-buffer tiles, engine 2's warps of 16 pixels and packed
+// weights and engine 1's cluster mailbox), so that engine choices stored by
+// an older server, which never raced the new ones, are searched again.
+inline constexpr int kDirectPathRevision = 12;
 inline constexpr int64_t kDirectDepthwiseEngine = 0;
 inline constexpr int64_t kDirectKnobColumns = 0;
 inline constexpr int64_t kDirectKnobVectorBytes = 1;
@@ -124,11 +126,22 @@ inline constexpr int64_t kDirectNarrowTileChannels = 64;
 inline constexpr int kDirectNarrowComputeCapability = 80;
 inline constexpr int64_t kDirectPointwiseEngine = 3;
 inline constexpr int64_t kDirectKnobBlocksPerSm = 5;
-// The pointwise GEMM's most output channels (its weights, 512 x 64
-// elements, and two input tiles take 110 KiB of shared memory: two blocks
-// an SM on an H100) and the compute capability it needs (mma.sync).
+// The pointwise GEMM's most output channels (16-bit weights of 512 on 64
+// channels and two input tiles take 110 KiB of shared memory: two blocks an
+// SM on an H100) and the compute capability it needs (mma.sync).
 inline constexpr int64_t kDirectPointwiseMaxChannels = 512;
 inline constexpr int kDirectPointwiseComputeCapability = 80;
+// The shared memory a block of the pointwise GEMM takes on `c` input
+// channels of `element_bytes` each computing `channels` output channels:
+// their weights (16-bit: rows of c elements and 16 bytes; float32: c
+// elements, swizzled), two 128-pixel input tiles (rows of c elements and
+// 16 bytes) and the bias in float.
+constexpr int64_t DirectPointwiseSharedBytes(int64_t c, int64_t channels,
+                                             int64_t element_bytes = 2) {
+  const int64_t pad = 16 / element_bytes;
+  return (channels * (element_bytes == 4 ? c : c + pad) + 2 * 128 * (c + pad)) * element_bytes +
+         channels * 4;
+}
 inline constexpr int64_t kDirectHaloEngine = 4;
 inline constexpr int64_t kDirectKnobTileRows = 6;
 // Knob 7: the blocks of a thread-block cluster the halo GEMM splits a 3x3

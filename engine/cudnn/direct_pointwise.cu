@@ -10,12 +10,14 @@
 // sm_90a, mma.sync elsewhere; pointwise_pair_convs.cuh) give float32 sums
 // that, plus bias, activated and rounded to the dtype (the pair's epilogue),
 // the warp stages in its own input rows (read already) and stores as 64
-// contiguous bytes a pixel, 16 bytes a lane.
+// contiguous bytes a pixel, 16 bytes a lane. float32 layers multiply in
+// TF32 in a kernel of their own (PointwiseGemmTf32, below).
 //
 // It is for the layers where the pixels are many and the reduction short
 // (ResNet-50's 64->64 and 64->256 at 56x56, batch 32): a stream of 64 or
 // 128 bytes in and up to 1 KiB out a pixel, where cuDNN's kernels ran at
-// 57-69% of the memory-bandwidth floor (docs/cudnn.md, "1x1 streams").
+// 57-69% of the memory-bandwidth floor (docs/cudnn.md, "1x1 streams"), and
+// for float32 64->256 at batch 1, where cuDNN's fused kernel took 4.7 us.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -29,6 +31,7 @@
 #include "engine/cudnn/dependent_launch.h"
 #include "engine/cudnn/direct_conv.h"
 #include "engine/cudnn/direct_conv_kernel.h"
+#include "engine/cudnn/halo_tile.cuh"
 #include "engine/cudnn/pointwise_pair_convs.cuh"
 #include "engine/cudnn/tensor_core.cuh"
 #include "engine/status_macros.h"
@@ -159,10 +162,98 @@ __global__ void __launch_bounds__(kThreads, 2)
   }
 }
 
+// The float32 (TF32) kernel: PointwiseGemm's tiles and grid, with the
+// halo GEMM's single-tap MMAs and epilogue (halo_tile.cuh). The slice's
+// weights are kept as channels / 32 chunks of 32 rows, each swizzled as
+// SwizzledWeight lays out a tap (the MMAs of both paths read them so),
+// rounded to TF32: the caller's rounded copy, or (`round_weights`) the
+// block rounds its copy once. A warp loads its 16 rows' A fragments once a
+// tile and rounds them; then each chunk is one batch of MMAs, staged in the
+// warp's own input rows and stored 128 contiguous bytes a pixel.
+template <int kC0>
+__global__ void __launch_bounds__(kThreads, 2)
+    PointwiseGemmTf32(const float* __restrict__ x, const float* __restrict__ w,
+                      const float* __restrict__ bias, Activation activation,
+                      float* __restrict__ y, int64_t pixels, int k, int channels,
+                      bool round_weights) {
+  constexpr int kRow0 = kC0 + kVector<float>, kSteps0 = kC0 / kMmaChannels<float>;
+  constexpr int kVectors0 = kC0 / kVector<float>;
+  const int slices = k / channels, slice = static_cast<int>(blockIdx.x % slices);
+  w += static_cast<int64_t>(slice) * channels * kC0;
+  if (bias != nullptr) bias += slice * channels;
+  y += slice * channels;
+  // 1024: each chunk's weights (32 x kC0 floats) start on a 512-byte
+  // boundary, where wgmma's swizzle repeats.
+  extern __shared__ __align__(1024) unsigned char shared[];
+  float* const shared_w = reinterpret_cast<float*>(shared);
+  float* const shared_x = shared_w + channels * kC0;
+  float* const shared_bias = shared_x + 2 * kTile * kRow0;
+  const int thread = threadIdx.x, lane = thread & 31, warp = thread >> 5;
+  const int64_t tiles = (pixels + kTile - 1) / kTile, tile_step = gridDim.x / slices;
+  for (int v = thread; v < channels * kVectors0; v += kThreads) {
+    const int r = v / kVectors0, c = (v % kVectors0) * kVector<float>;
+    CopyAsync16(shared_w + (r / kChunk) * kChunk * kC0 + SwizzledWeight<4>(kChunk, r % kChunk, c),
+                w + r * kC0 + c, true);
+  }
+  CopyBias(shared_bias, bias, channels, thread);
+  // The weights and bias (no kernel writes them) are on their way before
+  // the wait; the input is not read before it (dependent_launch.h).
+  AwaitPreviousKernel();
+  int64_t tile = blockIdx.x / slices;
+  if (tile < tiles) CopyInputTile<float, kC0>(shared_x, 0, x, tile, pixels, thread);
+  AwaitFirstCopies();
+  if (round_weights) {
+    for (int i = thread; i < channels * kC0; i += kThreads) {
+      shared_w[i] = __uint_as_float(Tf32Bits(shared_w[i]));
+    }
+    if constexpr (kWarpgroupPair) FenceProxyAsyncShared();
+    __syncthreads();
+  }
+  const uint64_t w_descriptor = kWarpgroupPair ? WgmmaDescriptor64B(shared_w) : 0;
+
+  const int a_row = lane & 15, a_column = (lane >> 4) * kVector<float>;
+  const int b_row = (lane & 7) + ((lane >> 4) << 3);
+  const int b_column = ((lane >> 3) & 1) * kVector<float>;
+  for (int buffer = 0; tile < tiles; tile += tile_step, buffer ^= 1) {
+    const int64_t next = tile + tile_step;
+    if (next < tiles) CopyInputTile<float, kC0>(shared_x, buffer ^ 1, x, next, pixels, thread);
+    CopyAsyncCommit();
+    float* const tile_x = shared_x + (buffer * kTile + warp * kRowsPerWarp) * kRow0;
+    unsigned a[kSteps0][4];
+#pragma unroll
+    for (int s = 0; s < kSteps0; ++s) {
+      LdMatrixX4(a[s], tile_x + a_row * kRow0 + s * kMmaChannels<float> + a_column);
+      RoundToTf32<float>(a[s]);
+    }
+    if (next >= tiles) ReleaseDependents();  // the block's last tile
+    // The warp's rows are staged where its input rows were (read already).
+    __syncwarp();
+    const int64_t first_row = tile * kTile + warp * kRowsPerWarp;
+    const int64_t valid_rows = pixels - first_row;
+#pragma unroll 1
+    for (int chunk = 0; chunk < channels; chunk += kChunk) {
+      // wgmma's first batch sets the sums (d = A B); mma.sync adds to zeros.
+      float acc[kChunk / 8][4];
+      if constexpr (!kWarpgroupPair) {
+#pragma unroll
+        for (int f = 0; f < kChunk / 8; ++f) acc[f][0] = acc[f][1] = acc[f][2] = acc[f][3] = 0.f;
+      }
+      TapMmas<float, kC0, kChunk>(a, shared_w + chunk * kC0,
+                                  w_descriptor + chunk * kC0 * 4 / 16, true, b_row, b_column,
+                                  acc);
+      if constexpr (kWarpgroupPair) WgmmaWait<0>(acc);
+      StoreTile<float, kChunk>(acc, shared_bias + chunk, activation, tile_x, kRow0, lane,
+                               y + first_row * k + chunk, k, valid_rows);
+      __syncwarp();  // read out before the next chunk is staged
+    }
+    CopyAsyncWait<0>();
+    __syncthreads();
+  }
+}
+
 int64_t PointwiseSharedBytes(const ConvLayerProblem& problem, int64_t channels) {
-  const int64_t row = problem.input[1] + kPad;
-  return (channels * row + 2 * kTile * row) * static_cast<int64_t>(DTypeSize(problem.dtype)) +
-         channels * static_cast<int64_t>(sizeof(float));
+  return DirectPointwiseSharedBytes(problem.input[1], channels,
+                                    static_cast<int64_t>(DTypeSize(problem.dtype)));
 }
 
 template <typename T, int kC0>
@@ -184,6 +275,29 @@ absl::Status Launch(const ConvLayerProblem& problem, const ConvLayerBuffers& b,
       stream, static_cast<const T*>(b.x), static_cast<const T*>(b.w),
       static_cast<const T*>(b.bias), problem.activation, static_cast<T*>(b.y), pixels,
       static_cast<int>(problem.output[1]), static_cast<int>(channels)));
+  return absl::OkStatus();
+}
+
+template <int kC0>
+absl::Status LaunchTf32(const ConvLayerProblem& problem, const ConvLayerBuffers& b,
+                        int64_t blocks_per_sm, int64_t channels, cudaStream_t stream) {
+  const auto kernel = PointwiseGemmTf32<kC0>;
+  const int bytes = static_cast<int>(PointwiseSharedBytes(problem, channels));
+  RETURN_IF_ERROR(
+      PrepareKernel(reinterpret_cast<const void*>(kernel), kThreads, bytes).status());
+  const int64_t pixels = problem.input[0] * problem.input[2] * problem.input[3];
+  const int64_t sms = CurrentDeviceAttribute(cudaDevAttrMultiProcessorCount, 1);
+  const int64_t slices = problem.output[1] / channels;
+  const int64_t tiles = PointwiseTiles(pixels);
+  const int64_t blocks = PointwiseTileBlocks(pixels, slices, blocks_per_sm * sms);
+  // The weights' TF32 copy where the caller has one.
+  const bool rounded = b.w_tf32 != nullptr;
+  CUDA_RETURN_IF_ERROR(LaunchDependent(
+      kernel, dim3(static_cast<unsigned>(blocks)), dim3(kThreads),
+      static_cast<size_t>(SpreadSharedBytes(bytes, blocks, tiles * slices)), stream,
+      static_cast<const float*>(b.x), static_cast<const float*>(rounded ? b.w_tf32 : b.w),
+      static_cast<const float*>(b.bias), problem.activation, static_cast<float*>(b.y), pixels,
+      static_cast<int>(problem.output[1]), static_cast<int>(channels), !rounded));
   return absl::OkStatus();
 }
 
@@ -229,9 +343,15 @@ absl::Status LaunchDirectPointwise(const ConvLayerProblem& problem, const Engine
       return pair_kernel::DispatchChannels<__nv_bfloat16>(problem, buffers, blocks_per_sm,
                                                           channels, stream);
     case DType::kFloat32:
+      switch (problem.input[1]) {
+        case 32: return pair_kernel::LaunchTf32<32>(problem, buffers, blocks_per_sm, channels,
+                                                    stream);
+        case 64: return pair_kernel::LaunchTf32<64>(problem, buffers, blocks_per_sm, channels,
+                                                    stream);
+      }
       break;
   }
-  return absl::InvalidArgumentError("the direct pointwise GEMM runs float16 and bfloat16 only");
+  return absl::InvalidArgumentError("the pointwise GEMM is built for 32 or 64 input channels");
 }
 
 }  // namespace convserve

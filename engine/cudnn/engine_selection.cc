@@ -29,7 +29,7 @@ constexpr DirectEngineNeeds kDirectEngineNeeds[] = {
      kDirectGemmComputeCapability, true},
     {kDirectNarrowEngine, "the narrow GEMM", "mma.sync", kDirectNarrowComputeCapability, true},
     {kDirectPointwiseEngine, "the pointwise GEMM", "mma.sync", kDirectPointwiseComputeCapability,
-     false},
+     true},
     {kDirectHaloEngine, "the halo GEMM", "mma.sync", kDirectHaloComputeCapability, true},
 };
 

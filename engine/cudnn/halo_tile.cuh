@@ -25,12 +25,6 @@ constexpr int kTaps = 3;  // R and S
 static_assert(kDirectHaloSplit == kTaps, "split taps: a kernel row a block");
 constexpr int kColumns = static_cast<int>(kDirectHaloTileColumns);
 constexpr int kHaloColumns = kColumns + kTaps - 1;
-// Elements of T in 16 bytes (a copy, an ldmatrix row, the rows' padding),
-// and in the 32 bytes of channels one MMA takes.
-template <typename T>
-constexpr int kVector = 16 / static_cast<int>(sizeof(T));
-template <typename T>
-constexpr int kMmaChannels = 2 * kVector<T>;
 static_assert(kVector<__half> == kPad, "DirectHaloSharedBytes pads rows by 16 bytes");
 
 // Where a tile's output starts: the image, its first row and column.

@@ -13,8 +13,9 @@ bool PointwiseKernelBuiltFor(int64_t channels) {
   return false;
 }
 
-std::string PointwiseLayerRejection(const ConvLayerProblem& problem, const char* kernel) {
-  if (problem.dtype != DType::kFloat16 && problem.dtype != DType::kBFloat16) {
+std::string PointwiseLayerRejection(const ConvLayerProblem& problem, const char* kernel,
+                                    bool float32) {
+  if (problem.dtype == DType::kFloat32 && !float32) {
     return absl::StrCat(kernel, " runs float16 and bfloat16 only");
   }
   if (!problem.channels_last) return absl::StrCat(kernel, " runs channels-last (NHWC) tensors only");

@@ -40,10 +40,12 @@ inline constexpr int64_t kPointwisePairOuterChannels[] = {32, 64};
 bool PointwiseKernelBuiltFor(int64_t channels);
 
 // Why `problem` is not a 1x1 conv with stride 1 and no padding, dilation or
-// groups on a 16-bit channels-last 4-D tensor, or "": what the pair kernel
-// needs of each of its layers and the direct path's pointwise GEMM of its
-// one (`kernel` names it in the message).
-std::string PointwiseLayerRejection(const ConvLayerProblem& problem, const char* kernel);
+// groups on a 16-bit (or, where `float32`, float32) channels-last 4-D
+// tensor, or "": what the pair kernel needs of each of its layers and the
+// direct path's pointwise GEMM (which takes float32) of its one (`kernel`
+// names it in the message).
+std::string PointwiseLayerRejection(const ConvLayerProblem& problem, const char* kernel,
+                                    bool float32 = false);
 
 // The kPointwisePairTile-pixel tiles of `pixels` pixels.
 inline int64_t PointwiseTiles(int64_t pixels) {

@@ -32,6 +32,12 @@ constexpr int kChunk = static_cast<int>(kPointwisePairChunk);
 constexpr int kPad = static_cast<int>(kPointwisePairPad);
 static_assert(kTile == kWarps * kRowsPerWarp, "a tile is one row block per warp");
 static_assert(kChunk == 32, "the epilogue of a chunk fills two k16 A fragments");
+// Elements of T in 16 bytes (a copy, an ldmatrix row, the rows' padding),
+// and in the 32 bytes of channels one MMA takes.
+template <typename T>
+constexpr int kVector = 16 / static_cast<int>(sizeof(T));
+template <typename T>
+constexpr int kMmaChannels = 2 * kVector<T>;
 
 // Two sums (bias added), activated and rounded to T as one register: for
 // any activation, each activated in float, then rounded.
@@ -118,14 +124,14 @@ __device__ inline int SwizzledWeight(int rows, int row, int k) {
 }
 
 // Copies tile `tile` of x (kTile pixels of C0 channels) into input buffer
-// `buffer` from `shared_x` (rows of C0 + kPad elements) with cp.async;
-// pixels past the last as zeros (their outputs are not stored).
+// `buffer` from `shared_x` (rows of C0 elements and 16 bytes) with
+// cp.async; pixels past the last as zeros (their outputs are not stored).
 template <typename T, int kC0>
 __device__ inline void CopyInputTile(T* shared_x, int buffer, const T* x, int64_t tile,
                                      int64_t pixels, int thread) {
-  constexpr int kRow0 = kC0 + kPad, kVectors0 = kC0 / 8;
+  constexpr int kRow0 = kC0 + kVector<T>, kVectors0 = kC0 / kVector<T>;
   for (int v = thread; v < kTile * kVectors0; v += kThreads) {
-    const int r = v / kVectors0, c = (v % kVectors0) * 8;
+    const int r = v / kVectors0, c = (v % kVectors0) * kVector<T>;
     const int64_t pixel = tile * kTile + r;
     const bool valid = pixel < pixels;
     CopyAsync16(shared_x + (buffer * kTile + r) * kRow0 + c, x + (valid ? pixel * kC0 + c : 0),

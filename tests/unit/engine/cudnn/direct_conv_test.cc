@@ -138,11 +138,15 @@ TEST(DirectConvTest, DenseLayersHaveTheImplicitGemmConfigurations) {
                 "direct:e1:k2=32,k3=1", "direct:e1:k2=64,k3=1", "direct:e3:k2=64,k5=2",
                 "direct:e3:k2=64,k5=1", "direct:e3:k2=128,k5=2", "direct:e3:k2=128,k5=1",
                 "direct:e3:k5=2", "direct:e3:k5=1"}));
-  // In float32 the same layer is two steps, so it splits in two.
+  // In float32 the same layer is two steps, so it splits in two; the
+  // pointwise GEMM (TF32) has the same slices, all two blocks an SM.
   narrow.dtype = DType::kFloat32;
   EXPECT_EQ(DirectConfigNames(narrow),
-            (std::vector<std::string>{"direct:e1:k2=32,k3=2", "direct:e1:k2=64,k3=2",
-                                      "direct:e1:k2=32,k3=1", "direct:e1:k2=64,k3=1"}));
+            (std::vector<std::string>{
+                "direct:e1:k2=32,k3=2", "direct:e1:k2=64,k3=2", "direct:e1:k2=32,k3=1",
+                "direct:e1:k2=64,k3=1", "direct:e3:k2=64,k5=2", "direct:e3:k2=64,k5=1",
+                "direct:e3:k2=128,k5=2", "direct:e3:k2=128,k5=1", "direct:e3:k5=2",
+                "direct:e3:k5=1"}));
 }
 
 TEST(DirectConvTest, TheImplicitGemmRefusesWhatItDoesNotRun) {

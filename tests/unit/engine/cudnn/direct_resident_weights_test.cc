@@ -110,9 +110,6 @@ TEST(DirectResidentWeightsTest, OneByOneLayersOnFewChannelsHaveThePointwiseGemm)
     return DirectPointwiseRejection(q);
   };
   ConvLayerProblem q = Expand();
-  q.dtype = DType::kFloat32;
-  EXPECT_EQ(rejection(q), "the pointwise GEMM runs float16 and bfloat16 only");
-  q = Expand();
   q.input[1] = q.weights[1] = 128;
   EXPECT_EQ(rejection(q), "the pointwise GEMM is built for 32 or 64 input channels (have 128)");
   q = Expand();
@@ -135,6 +132,47 @@ TEST(DirectResidentWeightsTest, OneByOneLayersOnFewChannelsHaveThePointwiseGemm)
   EXPECT_EQ(rejection(q), "the pointwise GEMM runs channels-last (NHWC) tensors only");
 
   ExpectMmaSyncNeededAndNoFloat32(p, "direct:e3:k5=2", "the pointwise GEMM");
+}
+
+// The pointwise GEMM's configurations of `p`, in DirectConvConfigs' order.
+std::vector<std::string> PointwiseConfigNames(const ConvLayerProblem& p) {
+  std::vector<std::string> names;
+  for (const std::string& name : DirectConfigNames(p)) {
+    if (name.rfind("direct:e3:", 0) == 0) names.push_back(name);
+  }
+  return names;
+}
+
+// float32 (in TF32): the weights kept swizzled, without padding, so the
+// blocks an SM and the slices follow from their shared memory.
+TEST(DirectResidentWeightsTest, FloatOneByOneLayersHaveThePointwiseGemmInTf32) {
+  ConvLayerProblem p = Expand();
+  p.dtype = DType::kFloat32;
+  EXPECT_EQ(DirectPointwiseRejection(p), "");
+  // 256 x 64 float weights, two tiles of 128 pixels (rows of 64 floats and
+  // 16 bytes), 256 float biases: one block an SM.
+  EXPECT_EQ(DirectPointwiseSharedBytes(64, 256, 4), 256 * 64 * 4 + 2 * 128 * 272 + 256 * 4);
+  EXPECT_EQ(PointwiseConfigNames(p), std::vector<std::string>{"direct:e3:k5=1"});
+  // At batch 1 (25 tiles) slices of 128 and 64 too, two blocks an SM.
+  p.input[0] = p.output[0] = 1;
+  EXPECT_EQ(PointwiseConfigNames(p),
+            (std::vector<std::string>{"direct:e3:k2=64,k5=2", "direct:e3:k2=64,k5=1",
+                                      "direct:e3:k2=128,k5=2", "direct:e3:k2=128,k5=1",
+                                      "direct:e3:k5=1"}));
+  // 512 outputs at batch 32: all fit in one block an SM (198 KiB).
+  p.input[0] = p.output[0] = 32;
+  p.output[1] = p.weights[0] = 512;
+  EXPECT_EQ(PointwiseConfigNames(p), std::vector<std::string>{"direct:e3:k5=1"});
+  // 64 outputs on 32 channels: two blocks an SM.
+  p.input[1] = p.weights[1] = 32;
+  p.output[1] = p.weights[0] = 64;
+  EXPECT_EQ(PointwiseConfigNames(p),
+            (std::vector<std::string>{"direct:e3:k5=1", "direct:e3:k5=2"}));
+  // --strict_float32 refuses it, as every TF32 engine.
+  EngineSelection strict;
+  strict.strict_float32 = true;
+  EXPECT_EQ(ConfigRejection(strict, CudnnTarget{}, p, ConfigId("direct:e3:k5=1")),
+            "the pointwise GEMM multiplies float32 in TF32 (--strict_float32)");
 }
 
 // ResNet-50's 3x3 64 @ 56, float16 NHWC, at batch `n`.
