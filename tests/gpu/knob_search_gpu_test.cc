@@ -196,12 +196,21 @@ class KnobSearchTest : public CudnnDeviceTest {
     absl::StatusOr<SearchReport> report;
     std::vector<size_t> knob_results;
   };
+  // A failed search's status names the candidate in flight, if any (a
+  // fault in this process is the candidate's, not the search's).
   Search RunSearch(const PreparedLayer& layer, ConvLayerPlanner& planner,
                    std::optional<ConvLayerPlan>* best) {
     const std::vector<EngineConfigId> listed = HeuristicIds(planner, layer.problem);
+    RecordingObserver observer;
     Search search;
     search.report =
-        SearchEngines(planner, stream_.get(), layer.problem, SearchOptions(), nullptr, best);
+        SearchEngines(planner, stream_.get(), layer.problem, SearchOptions(), &observer, best);
+    if (!search.report.ok() && observer.in_flight().has_value()) {
+      search.report = absl::Status(
+          search.report.status().code(),
+          absl::StrCat(search.report.status().message(), " (candidate in flight: ",
+                       observer.in_flight()->ToString(), ")"));
+    }
     if (!search.report.ok()) return search;
     for (size_t r = 0; r < search.report->results.size(); ++r) {
       const EngineConfigId& id = search.report->results[r].id;
