@@ -16,14 +16,16 @@
 //   reports every finalist again, leaving none in flight; a fault in the
 //   final (SearchOptions::testing_fault_in_final, in a child process) is
 //   blamed on a finalist, so the prober or the server quarantines it.
-// Skips without a GPU. CONVSERVE_KNOB_SEED and CONVSERVE_KNOB_CASES change
-// the random layers.
+// The searches run in this process, under the shipped cuDNN errata as the
+// server's do. Skips without a GPU. CONVSERVE_KNOB_SEED and
+// CONVSERVE_KNOB_CASES change the random layers.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <memory>
 #include <optional>
 #include <random>
 #include <set>
@@ -35,6 +37,7 @@
 #include "engine/cudnn/cudnn_status.h"
 #include "engine/cudnn/cuda_resources.h"
 #include "engine/cudnn/cudnn_backend.h"
+#include "engine/cudnn/cudnn_errata.h"
 #include "engine/cudnn/device_weights.h"
 #include "gtest/gtest.h"
 #include "tests/test_util/cudnn_device_test.h"
@@ -155,12 +158,19 @@ class RecordingObserver : public SearchObserver {
 
 class KnobSearchTest : public CudnnDeviceTest {
  protected:
+  // With the shipped errata, as the server searches by default: the
+  // search runs in this process, so a configuration they forbid (e.g.
+  // engine 71 on a strided channels-first conv under cuDNN 9.14, which
+  // seed 20262608's bfloat16 5x5 stride-2 layer met) would kill its context.
   static EngineSelection Autotune(int knob_budget) {
     EngineSelection selection;
     selection.search = EngineSearch::kAutotune;
     selection.autotune_candidates = 4;
     selection.autotune_iterations = 3;
     selection.autotune_knob_candidates = knob_budget;
+    absl::StatusOr<std::shared_ptr<const CudnnErrata>> errata = CudnnErrata::Create("");
+    EXPECT_TRUE(errata.ok()) << errata.status();
+    if (errata.ok()) selection.errata = *errata;
     return selection;
   }
 
