@@ -256,10 +256,15 @@ int64_t PointwiseSharedBytes(const ConvLayerProblem& problem, int64_t channels) 
                                     static_cast<int64_t>(DTypeSize(problem.dtype)));
 }
 
-template <typename T, int kC0>
-absl::Status Launch(const ConvLayerProblem& problem, const ConvLayerBuffers& b,
-                    int64_t blocks_per_sm, int64_t channels, cudaStream_t stream) {
-  const auto kernel = PointwiseGemm<T, kC0>;
+// Launches a pointwise GEMM kernel of `channels` output channels a block
+// over the layer's tiles: its inputs (`w`: the weights it reads), the
+// output pixels, K and `channels`, then `extra`.
+template <typename T, typename... Extra>
+absl::Status LaunchTiles(void (*kernel)(const T*, const T*, const T*, Activation, T*, int64_t, int,
+                                        int, Extra...),
+                         const ConvLayerProblem& problem, const ConvLayerBuffers& b,
+                         const void* w, int64_t blocks_per_sm, int64_t channels,
+                         cudaStream_t stream, Extra... extra) {
   const int bytes = static_cast<int>(PointwiseSharedBytes(problem, channels));
   // Over the default 48 KiB: opted into once (PrepareKernel).
   RETURN_IF_ERROR(
@@ -271,34 +276,27 @@ absl::Status Launch(const ConvLayerProblem& problem, const ConvLayerBuffers& b,
   const int64_t blocks = PointwiseTileBlocks(pixels, slices, blocks_per_sm * sms);
   CUDA_RETURN_IF_ERROR(LaunchDependent(
       kernel, dim3(static_cast<unsigned>(blocks)), dim3(kThreads),
-      static_cast<size_t>(SpreadSharedBytes(bytes, blocks, tiles * slices)),
-      stream, static_cast<const T*>(b.x), static_cast<const T*>(b.w),
-      static_cast<const T*>(b.bias), problem.activation, static_cast<T*>(b.y), pixels,
-      static_cast<int>(problem.output[1]), static_cast<int>(channels)));
+      static_cast<size_t>(SpreadSharedBytes(bytes, blocks, tiles * slices)), stream,
+      static_cast<const T*>(b.x), static_cast<const T*>(w), static_cast<const T*>(b.bias),
+      problem.activation, static_cast<T*>(b.y), pixels, static_cast<int>(problem.output[1]),
+      static_cast<int>(channels), extra...));
   return absl::OkStatus();
 }
 
+template <typename T, int kC0>
+absl::Status Launch(const ConvLayerProblem& problem, const ConvLayerBuffers& b,
+                    int64_t blocks_per_sm, int64_t channels, cudaStream_t stream) {
+  return LaunchTiles(PointwiseGemm<T, kC0>, problem, b, b.w, blocks_per_sm, channels, stream);
+}
+
+// float32: the weights' TF32 copy where the caller has one, else the
+// blocks round theirs.
 template <int kC0>
 absl::Status LaunchTf32(const ConvLayerProblem& problem, const ConvLayerBuffers& b,
                         int64_t blocks_per_sm, int64_t channels, cudaStream_t stream) {
-  const auto kernel = PointwiseGemmTf32<kC0>;
-  const int bytes = static_cast<int>(PointwiseSharedBytes(problem, channels));
-  RETURN_IF_ERROR(
-      PrepareKernel(reinterpret_cast<const void*>(kernel), kThreads, bytes).status());
-  const int64_t pixels = problem.input[0] * problem.input[2] * problem.input[3];
-  const int64_t sms = CurrentDeviceAttribute(cudaDevAttrMultiProcessorCount, 1);
-  const int64_t slices = problem.output[1] / channels;
-  const int64_t tiles = PointwiseTiles(pixels);
-  const int64_t blocks = PointwiseTileBlocks(pixels, slices, blocks_per_sm * sms);
-  // The weights' TF32 copy where the caller has one.
   const bool rounded = b.w_tf32 != nullptr;
-  CUDA_RETURN_IF_ERROR(LaunchDependent(
-      kernel, dim3(static_cast<unsigned>(blocks)), dim3(kThreads),
-      static_cast<size_t>(SpreadSharedBytes(bytes, blocks, tiles * slices)), stream,
-      static_cast<const float*>(b.x), static_cast<const float*>(rounded ? b.w_tf32 : b.w),
-      static_cast<const float*>(b.bias), problem.activation, static_cast<float*>(b.y), pixels,
-      static_cast<int>(problem.output[1]), static_cast<int>(channels), !rounded));
-  return absl::OkStatus();
+  return LaunchTiles(PointwiseGemmTf32<kC0>, problem, b, rounded ? b.w_tf32 : b.w, blocks_per_sm,
+                     channels, stream, !rounded);
 }
 
 template <typename T>
