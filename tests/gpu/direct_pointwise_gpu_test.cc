@@ -1,23 +1,21 @@
 // The direct path's pointwise GEMM (engine 3 of engine/cudnn/direct_conv.h)
 // against the float64 reference, layer by layer:
 // - seeded random 1x1 layers it runs: float16, bfloat16 and float32 (TF32)
-//   NHWC, 32 or 64 input channels, 32-512 outputs, batch 1-3 at odd sizes 1-41 (pixel
-//   counts rarely a multiple of the 128-pixel tile), and a quarter of them
-//   batch 12-16 at 56-64 so that every block loops over several tiles; every
-//   activation, with and without bias;
+//   NHWC, 32 or 64 input channels, 32-512 outputs, batch 1-3 at odd sizes
+//   1-41 (pixel counts rarely a multiple of the 128-pixel tile), and a
+//   quarter of them batch 12-16 at 56-64 so that every block loops over
+//   several tiles; every activation, with and without bias;
 // - ResNet-50's 64->64 and 64->256 at 56x56, batch 1 and 2, all three
 //   dtypes;
 // each under every configuration (one or two blocks an SM where they fit;
 // all K output channels a block or, on few tiles or where all K's float32
 // weights do not fit, slices of 64 or 128: K = 512 at batch 3 loops blocks
-// over several tiles a slice), into an output filled
-// with NaN and followed by guard bytes: every element must be written,
-// none past the end.
+// over several tiles a slice), into an output filled with NaN and followed
+// by guard bytes: every element must be written, none past the end.
 // Then the engine search: autotune races it with the implicit GEMM and
 // cuDNN on ResNet-50's two layers at batch 1 and 32, float16 and float32
-// (every direct
-// candidate passes the prober's guarded-buffer checks) and prints each
-// side's best time. Skips without a GPU.
+// (every direct candidate passes the prober's guarded-buffer checks) and
+// prints each side's best time. Skips without a GPU.
 //
 // CONVSERVE_POINTWISE_SEED and CONVSERVE_POINTWISE_CASES change the random
 // layers.
