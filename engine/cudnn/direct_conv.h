@@ -83,6 +83,7 @@
 
 #include "engine/conv_layer_problem.h"
 #include "engine/cudnn/engine_config_id.h"
+#include "engine/cudnn/pointwise_pair.h"
 #include "engine/tensor.h"
 
 namespace convserve {
@@ -139,7 +140,8 @@ inline constexpr int kDirectPointwiseComputeCapability = 80;
 constexpr int64_t DirectPointwiseSharedBytes(int64_t c, int64_t channels,
                                              int64_t element_bytes = 2) {
   const int64_t pad = 16 / element_bytes;
-  return (channels * (element_bytes == 4 ? c : c + pad) + 2 * 128 * (c + pad)) * element_bytes +
+  return (channels * (element_bytes == 4 ? c : c + pad) + 2 * kPointwisePairTile * (c + pad)) *
+             element_bytes +
          channels * 4;
 }
 inline constexpr int64_t kDirectHaloEngine = 4;
