@@ -132,13 +132,7 @@ __global__ void __launch_bounds__(32 * kRows)
   if (tile < tiles) copier.Copy(shared_x, x, d, here, kernel_row);
   AwaitFirstCopies();
   if constexpr (kFloat) {
-    if (round_weights) {
-      for (int i = thread; i < kBlockTaps * kKb * kC; i += kThreadCount) {
-        shared_w[i] = __uint_as_float(Tf32Bits(shared_w[i]));
-      }
-      if constexpr (kWarpgroupPair) FenceProxyAsyncShared();
-      __syncthreads();
-    }
+    if (round_weights) RoundWeightsToTf32(shared_w, kBlockTaps * kKb * kC, thread, kThreadCount);
   }
   // The weights' descriptor; a tap's are kKb * kC * sizeof(T) bytes on.
   const uint64_t w_descriptor = kWarpgroupPair ? WgmmaDescriptor64B(shared_w) : 0;

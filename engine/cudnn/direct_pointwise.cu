@@ -202,13 +202,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   int64_t tile = blockIdx.x / slices;
   if (tile < tiles) CopyInputTile<float, kC0>(shared_x, 0, x, tile, pixels, thread);
   AwaitFirstCopies();
-  if (round_weights) {
-    for (int i = thread; i < channels * kC0; i += kThreads) {
-      shared_w[i] = __uint_as_float(Tf32Bits(shared_w[i]));
-    }
-    if constexpr (kWarpgroupPair) FenceProxyAsyncShared();
-    __syncthreads();
-  }
+  if (round_weights) RoundWeightsToTf32(shared_w, channels * kC0, thread, kThreads);
   const uint64_t w_descriptor = kWarpgroupPair ? WgmmaDescriptor64B(shared_w) : 0;
 
   const int a_row = lane & 15, a_column = (lane >> 4) * kVector<float>;

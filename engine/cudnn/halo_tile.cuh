@@ -176,6 +176,16 @@ __device__ inline void StoreTile(const float (&acc)[kKb / 8][4], const float* bi
   StoreStagedRows<T, kKb>(staged, pitch, y_row, y_pitch, valid, lane);
 }
 
+// The `count` float weights a block keeps in shared memory rounded to
+// TF32 in place, for a caller with no rounded copy (ConvLayerBuffers::
+// w_tf32), by the block's `threads` threads: visible to wgmma's async
+// proxy and to every thread after it.
+__device__ inline void RoundWeightsToTf32(float* w, int count, int thread, int threads) {
+  for (int i = thread; i < count; i += threads) w[i] = __uint_as_float(Tf32Bits(w[i]));
+  if constexpr (kWarpgroupPair) FenceProxyAsyncShared();
+  __syncthreads();
+}
+
 // One tap's MMAs for the warp's 16 pixels (A fragments `a`) by the tap's
 // weights `w` (kKb rows, swizzled as SwizzledWeight lays them out: wgmma
 // reads them through descriptors, mma.sync's ldmatrix reads 8 rows of 16
