@@ -89,12 +89,13 @@
 namespace convserve {
 
 // The direct path's revision, in the plan store's policy key: raised with
-// each engine or configuration added, or an engine made faster (now 12:
+// each engine or configuration added, or an engine made faster (now 13:
 // engines 0-4, engine 3's output-channel slices and float32, engine 4's
 // split taps and one-buffer tiles, engine 2's warps of 16 pixels and packed
-// weights and engine 1's cluster mailbox), so that engine choices stored by
-// an older server, which never raced the new ones, are searched again.
-inline constexpr int kDirectPathRevision = 12;
+// weights and engine 1's cluster mailbox and epilogue of the rows that hold
+// a pixel), so that engine choices stored by an older server, which never
+// raced the new ones, are searched again.
+inline constexpr int kDirectPathRevision = 13;
 inline constexpr int64_t kDirectDepthwiseEngine = 0;
 inline constexpr int64_t kDirectKnobColumns = 0;
 inline constexpr int64_t kDirectKnobVectorBytes = 1;

@@ -29,9 +29,9 @@
 //
 // A cluster of `splits` blocks (grid z) shares one output tile, each block
 // taking a contiguous part of the reduction. Block z owns 64/splits of the
-// tile's rows: every block sends it its sums of those rows
-// (cluster_mailbox.cuh), and it adds them, applies bias and activation,
-// rounds once and writes Y.
+// tile's rows: every block sends it its sums of those rows that hold a
+// pixel (cluster_mailbox.cuh), and it adds them, applies bias and
+// activation, rounds once and writes Y.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -93,14 +93,18 @@ __global__ void __launch_bounds__(kThreads)
   const int chunk_end = static_cast<int>((int64_t{d.chunks} * (split + 1)) >> split_shift);
   const int stage_count = (chunk_end - chunk_begin + kGroups - 1) / kGroups;
   constexpr int kTileFloats = kPartialFloats<kTileChannels>;
-  // The tile's rows each block owns: 1 << row_shift.
+  // The tile's rows each block owns: 1 << row_shift. Rows past the layer's
+  // last pixel (`valid` on) are neither summed nor sent.
   const int row_shift = kTileShift - split_shift, rows = 1 << row_shift;
+  const int valid = min(kTilePixels, d.pixels - pixel0);
+  const int owned_valid = min(rows, max(0, valid - split * rows));
   float* const mailbox = reinterpret_cast<float*>(shared + StageBytes<T, kTileChannels>());
   uint64_t* const mail_barrier = reinterpret_cast<uint64_t*>(mailbox + kTileFloats);
   if (splits > 1) {
     if (threadIdx.x == 0) {
-      InitMailbox(mail_barrier,
-                  static_cast<unsigned>((kTileFloats - kTileFloats / splits) * sizeof(float)));
+      InitMailbox(mail_barrier, static_cast<unsigned>((splits - 1) * owned_valid *
+                                                      kPartialStride<kTileChannels> *
+                                                      sizeof(float)));
     }
     AnnounceMailboxes();
   }
@@ -282,14 +286,18 @@ __global__ void __launch_bounds__(kThreads)
   // channels 8f + 2t and 8f + 2t + 1.
   float* partial = reinterpret_cast<float*>(shared);
   {
-    const int g = lane >> 2, t = lane & 3;
+    const int g = lane >> 2, t = lane & 3, row = warp * 16 + g;
     float* mine = partial + group * kPartialFloats<kTileChannels>;
 #pragma unroll
     for (int f = 0; f < kTileChannels / 8; ++f) {
-      const int offset = (warp * 16 + g) * kPartialStride<kTileChannels> + 8 * f + 2 * t;
-      *reinterpret_cast<float2*>(mine + offset) = make_float2(acc[f][0], acc[f][1]);
-      *reinterpret_cast<float2*>(mine + offset + 8 * kPartialStride<kTileChannels>) =
-          make_float2(acc[f][2], acc[f][3]);
+      const int offset = row * kPartialStride<kTileChannels> + 8 * f + 2 * t;
+      if (row < valid) {
+        *reinterpret_cast<float2*>(mine + offset) = make_float2(acc[f][0], acc[f][1]);
+      }
+      if (row + 8 < valid) {
+        *reinterpret_cast<float2*>(mine + offset + 8 * kPartialStride<kTileChannels>) =
+            make_float2(acc[f][2], acc[f][3]);
+      }
     }
   }
   __syncthreads();
@@ -298,13 +306,13 @@ __global__ void __launch_bounds__(kThreads)
                                                       channel0, 0, kTilePixels, 1});
     return;
   }
-  // The groups' sums, each row's to the mailbox of the block that owns it,
-  // at this block's place there (padding columns too: whole rows, as the
-  // mailbox counts them).
+  // The groups' sums of the valid rows, each row's to the mailbox of the
+  // block that owns it, at this block's place there (padding columns too:
+  // whole rows, as the mailbox counts them).
   static_assert(kTileFloats % 4 == 0, "float4 sums");
   AwaitPeerMailboxes();
   const int owned = rows * kPartialStride<kTileChannels>;  // floats
-  for (int e = 4 * threadIdx.x; e < kTileFloats; e += 4 * kThreads) {
+  for (int e = 4 * threadIdx.x; e < valid * kPartialStride<kTileChannels>; e += 4 * kThreads) {
     float4 sum = *reinterpret_cast<const float4*>(partial + e);
 #pragma unroll
     for (int other = 1; other < kGroups; ++other) {
