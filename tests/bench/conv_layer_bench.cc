@@ -16,6 +16,7 @@
 // the rate graphs are launched at (a few microseconds from Python), not the
 // GPU; inside one graph the layers follow each other as a request's layers
 // do in the server's captured graph.
+#include <cuda.h>
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -30,6 +31,9 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "tests/test_util/random_tensor.h"
 #include "engine/cudnn/cuda_resources.h"
@@ -57,6 +61,9 @@ ABSL_FLAG(int, calls_per_graph, 10,
           "graph replay: runs of the layer captured into one graph; ours_graph_ms is a replay's "
           "time divided by it (scripts/bench_pytorch.py --calls_per_graph must match)");
 
+ABSL_FLAG(bool, graph_kernels, false,
+          "graph replay: also print (on stderr) the kernels one run captured, by name, so a "
+          "row says which kernels its time is");
 ABSL_FLAG(bool, dependent_launch, true,
           "launch convserve's own kernels as programmatic dependent launches (the server's "
           "default, --dependent_launch)");
@@ -85,6 +92,56 @@ std::vector<ConvShape> ReadShapes(const std::string& path) {
   return shapes;
 }
 
+// The kernels a captured graph launches, in the order first captured, each
+// with its grid, block and count ("?" where the driver does not name it).
+// cuDNN launches its kernels through the driver, so the names come from there.
+std::string GraphKernelNames(cudaGraph_t graph) {
+  using GetParams = CUresult (*)(CUgraphNode, CUDA_KERNEL_NODE_PARAMS*);
+  using GetName = CUresult (*)(const char**, CUfunction);
+  void* get_params = nullptr;
+  void* get_name = nullptr;
+  cudaDriverEntryPointQueryResult found;
+  if (cudaGetDriverEntryPointByVersion("cuGraphKernelNodeGetParams", &get_params, 12000,
+                                       cudaEnableDefault, &found) != cudaSuccess ||
+      cudaGetDriverEntryPointByVersion("cuFuncGetName", &get_name, 12030, cudaEnableDefault,
+                                       &found) != cudaSuccess) {
+    return "?";
+  }
+  size_t count = 0;
+  if (cudaGraphGetNodes(graph, nullptr, &count) != cudaSuccess) return "?";
+  std::vector<cudaGraphNode_t> nodes(count);
+  if (cudaGraphGetNodes(graph, nodes.data(), &count) != cudaSuccess) return "?";
+  std::vector<std::pair<std::string, int>> names;
+  const auto count_name = [&names](const std::string& name) {
+    for (auto& [seen, times] : names) {
+      if (seen == name) {
+        ++times;
+        return;
+      }
+    }
+    names.push_back({name, 1});
+  };
+  for (cudaGraphNode_t node : nodes) {
+    cudaGraphNodeType type;
+    if (cudaGraphNodeGetType(node, &type) != cudaSuccess) continue;
+    if (type != cudaGraphNodeTypeKernel) {
+      count_name(type == cudaGraphNodeTypeMemset ? "(memset)" : "(other node)");
+      continue;
+    }
+    CUDA_KERNEL_NODE_PARAMS params{};
+    const char* name = nullptr;
+    if (reinterpret_cast<GetParams>(get_params)(node, &params) != CUDA_SUCCESS ||
+        reinterpret_cast<GetName>(get_name)(&name, params.func) != CUDA_SUCCESS) {
+      name = "?";
+    }
+    count_name(absl::StrFormat("%s<<<%ux%ux%u,%u>>>", name, params.gridDimX, params.gridDimY,
+                               params.gridDimZ, params.blockDimX));
+  }
+  return absl::StrJoin(names, " | ", [](std::string* out, const auto& entry) {
+    absl::StrAppend(out, entry.first, " x", entry.second);
+  });
+}
+
 // Times an executable's layers captured `calls` times into one CUDA graph,
 // replayed back to back between CUDA events (the method bench_pytorch.py
 // uses for PyTorch). Owns the stream and cuDNN handle the capture runs on;
@@ -101,8 +158,10 @@ class GraphReplayTimer {
   }
 
   // Mean milliseconds per call (a replay's time over `calls`) of each sample.
+  // With `kernels`, also the kernels the graph launches (GraphKernelNames).
   absl::StatusOr<std::vector<float>> Time(const CudnnExecutable& executable, int calls,
-                                          int warmup, int samples, int runs_per_sample) {
+                                          int warmup, int samples, int runs_per_sample,
+                                          std::string* kernels) {
     cudaStream_t stream = stream_.get();
     calls = std::max(calls, 1);
     CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
@@ -122,6 +181,7 @@ class GraphReplayTimer {
       return enqueued;
     }
     CUDA_RETURN_IF_ERROR(ended);
+    if (kernels != nullptr) *kernels = GraphKernelNames(graph.get());
     cudaGraphExec_t instantiated = nullptr;
     CUDA_RETURN_IF_ERROR(cudaGraphInstantiate(&instantiated, graph.get(), 0));
     const auto destroy_exec = [](cudaGraphExec_t e) { cudaGraphExecDestroy(e); };
@@ -254,11 +314,18 @@ int Run() {
         }
         float graph_ms = NAN;
         if (graph_timer != nullptr) {
-          absl::StatusOr<std::vector<float>> replays =
-              graph_timer->Time(*executable, calls_per_graph, 3, absl::GetFlag(FLAGS_samples),
-                                absl::GetFlag(FLAGS_runs_per_sample));
+          std::string kernels;
+          absl::StatusOr<std::vector<float>> replays = graph_timer->Time(
+              *executable, calls_per_graph, 3, absl::GetFlag(FLAGS_samples),
+              absl::GetFlag(FLAGS_runs_per_sample),
+              absl::GetFlag(FLAGS_graph_kernels) ? &kernels : nullptr);
           if (replays.ok()) {
             graph_ms = Median(*replays);
+            if (!kernels.empty()) {
+              std::fprintf(stderr, "%s N=%ld %s %s: graph of %d runs: %s\n", shape.name.c_str(),
+                           batch, DTypeName(variant.dtype), LayoutName(variant.layout),
+                           calls_per_graph, kernels.c_str());
+            }
           } else {
             std::fprintf(stderr, "%s N=%ld %s: graph replay: %s\n", shape.name.c_str(), batch,
                          DTypeName(variant.dtype), replays.status().ToString().c_str());
