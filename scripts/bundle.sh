@@ -18,6 +18,7 @@ binaries=(convserve-server convserve-prober convserve-load convserve-health
           tests/direct_pointwise_gpu_test
           tests/direct_halo_gpu_test
           tests/pointwise_pair_gpu_test tests/dependent_launch_gpu_test
+          tests/programmatic_entry_gpu_test
           tests/knob_search_gpu_test
           tests/gpu_fault_test
           tests/gpu_random_graph_oracle_test

@@ -75,6 +75,7 @@ absl::StatusOr<RunnerChoice> MakeGpu(const BackendConfig& config) {
   options.selection.strict_float32 = config.strict_float32;
   options.selection.direct_kernels = config.direct_kernels;
   SetDependentLaunch(config.dependent_launch);
+  SetProgrammaticEntry(config.programmatic_entry);
   options.selection.max_workspace_bytes = config.max_workspace_bytes;
   options.selection.autotune_candidates = config.autotune_candidates;
   options.selection.autotune_knob_candidates = config.autotune_knob_candidates;

@@ -43,6 +43,9 @@ struct BackendConfig {
   // Launch convserve's own kernels as programmatic dependent launches
   // (engine/cudnn/dependent_launch.h).
   bool dependent_launch = true;
+  // cuDNN plans entered by programmatic edges where admitted
+  // (engine/cudnn/programmatic_entry.h).
+  bool programmatic_entry = true;
   // Largest cuDNN workspace per layer.
   int64_t max_workspace_bytes = int64_t{256} << 20;
   // File of cuDNN engine indices never to use; empty for none.

@@ -70,6 +70,10 @@ ABSL_FLAG(bool, dependent_launch, true,
           "GPUs of compute capability 9.0+: launch convserve's own kernels as programmatic "
           "dependent launches, so each is scheduled while the kernel before it finishes (it "
           "still waits for that kernel's results); false: plain launches");
+ABSL_FLAG(bool, programmatic_entry, true,
+          "with --dependent_launch: enter each cuDNN plan whose first kernel was seen to wait "
+          "for the kernel before it by a programmatic edge in captured graphs, so it is "
+          "launched while that kernel finishes (each plan is tested once, when built)");
 ABSL_FLAG(bool, strict_float32, false,
           "float32 graphs: no TF32 tensor-core or down-converting engines (slower, exact)");
 ABSL_FLAG(int64_t, max_workspace_bytes, int64_t{256} << 20, "largest cuDNN workspace per layer");
@@ -278,6 +282,7 @@ int Run() {
   backend_config.strict_float32 = absl::GetFlag(FLAGS_strict_float32);
   backend_config.direct_kernels = absl::GetFlag(FLAGS_direct_kernels);
   backend_config.dependent_launch = absl::GetFlag(FLAGS_dependent_launch);
+  backend_config.programmatic_entry = absl::GetFlag(FLAGS_programmatic_entry);
   backend_config.max_workspace_bytes = absl::GetFlag(FLAGS_max_workspace_bytes);
   backend_config.engine_blocklist = absl::GetFlag(FLAGS_engine_blocklist);
   backend_config.autotune_candidates = absl::GetFlag(FLAGS_autotune_candidates);

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/cudnn/bias_activation.h"
 #include "engine/cudnn/cudnn_status.h"
+#include "engine/cudnn/dependent_launch.h"
 #include "engine/cudnn/direct_conv.h"
 #include "engine/cudnn/direct_conv_kernel.h"
 #include "engine/status_macros.h"
@@ -62,6 +63,7 @@ absl::Status ConvLayerPlan::RunBound(cudnnHandle_t handle, cudaStream_t stream,
   if (path() == LayerPath::kDirect) {
     return LaunchDirectConv(problem, id_, bound_buffers_, stream);
   }
+  if (programmatic_entry_) RETURN_IF_ERROR(EnterNextProgrammatically(stream));
   CUDNN_RETURN_IF_ERROR(cudnnBackendExecute(handle, plan_.get(), bound_pack_.get()));
   if (path() == LayerPath::kFused || !problem.needs_epilogue()) return absl::OkStatus();
   BiasActivationArgs args;

@@ -67,6 +67,12 @@ class ConvLayerPlan {
            bound_buffers_.w == buffers.w && bound_buffers_.bias == buffers.bias &&
            bound_buffers_.y == buffers.y && bound_buffers_.workspace == buffers.workspace;
   }
+  // Forgets the buffers Bind fixed (they are about to be freed).
+  void Unbind() { bound_ = false; }
+  // Whether RunBound, while `stream` is capturing, enters cuDNN's plan by a
+  // programmatic edge (AdmitProgrammaticEntry, programmatic_entry.h).
+  bool programmatic_entry() const { return programmatic_entry_; }
+  void set_programmatic_entry(bool on) { programmatic_entry_ = on; }
   // Runs the layer on `stream` (the handle's): the plan, then the epilogue
   // kernel on the unfused paths; on the direct path, our kernel alone.
   absl::Status RunBound(cudnnHandle_t handle, cudaStream_t stream,
@@ -88,6 +94,7 @@ class ConvLayerPlan {
   BackendDescriptor plan_;
   BackendDescriptor bound_pack_;
   bool bound_ = false;
+  bool programmatic_entry_ = false;
   ConvLayerBuffers bound_buffers_;
 };
 

@@ -11,6 +11,7 @@
 #include "absl/time/time.h"
 #include "engine/cudnn/candidate_search.h"
 #include "engine/cudnn/cudnn_status.h"
+#include "engine/cudnn/programmatic_entry.h"
 #include "engine/status_macros.h"
 #include "spdlog/spdlog.h"
 
@@ -180,6 +181,12 @@ absl::StatusOr<std::shared_ptr<CudnnExecutable>> CudnnBackend::CompileLocked(
                  graph->name(), i, problem.Describe(), plan->id().ToString(),
                  plan->workspace_bytes(), EngineSearchName(options_.selection.search),
                  absl::ToDoubleMilliseconds(absl::Now() - build_start));
+    if (plan->path() != LayerPath::kDirect) {
+      ASSIGN_OR_RETURN(EntryVerdict entry,
+                       AdmitProgrammaticEntry(*plan, problem, handle_.get(), stream_.get()));
+      spdlog::info("programmatic entry {} for graph '{}' layers[{}]: {}",
+                   entry.admitted ? "admitted" : "refused", graph->name(), i, entry.detail);
+    }
     workspace = std::max(workspace, plan->workspace_bytes());
     executable->problems_.push_back(std::move(problem));
     executable->plans_.push_back(*std::move(plan));

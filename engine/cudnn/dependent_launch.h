@@ -26,7 +26,9 @@
 //   the kernel before has left, so grids of one tile a block (but the
 //   narrow GEMM's) take an SM each (SpreadSharedBytes,
 //   direct_conv_kernel.h).
-// cuDNN's kernels are not launched this way. What each step bought and
+// cuDNN's kernels are not launched this way; a cuDNN plan whose first
+// kernel was seen to wait for the kernel before it is entered by a
+// programmatic edge in captured graphs (programmatic_entry.h). What each step bought and
 // cost, measured on H200s, and what was tried and dropped (releasing at
 // each block's start) are in docs/runtime.md, "Dependent launches".
 //
@@ -39,6 +41,8 @@
 
 #include <utility>
 
+#include "absl/status/status.h"
+
 namespace convserve {
 
 // Process-wide; read at each launch.
@@ -49,6 +53,19 @@ bool DependentLaunchEnabled();
 // `count` when dependent launch is on and the current device has compute
 // capability 9.0 or newer; returns the new count. `attrs` has room for it.
 int AddDependentLaunchAttribute(cudaLaunchAttribute* attrs, int count);
+
+// Process-wide, read at each capture: whether cuDNN plans that
+// AdmitProgrammaticEntry admitted are entered by programmatic edges
+// (--programmatic_entry; on by default). Needs dependent launch on too.
+void SetProgrammaticEntry(bool on);
+bool ProgrammaticEntryEnabled();
+
+// While `stream` is capturing and programmatic entry is on: makes the edges
+// from the stream's last captured nodes to the next node captured
+// programmatic, when every one of those nodes is a kernel. Otherwise does
+// nothing. The next node captured must be a kernel that waits
+// (griddepcontrol.wait) before it touches what the kernels before it use.
+absl::Status EnterNextProgrammatically(cudaStream_t stream);
 
 // `kernel`<<<grid, block, shared, stream>>>(args...) with the attribute
 // above; cudaLaunchKernelEx's error.

@@ -28,6 +28,7 @@
 #include "engine/cudnn/pointwise_pair.h"
 #include "engine/cudnn/pointwise_pair_kernel.h"
 #include "engine/cudnn/probe_buffers.h"
+#include "engine/cudnn/programmatic_entry.h"
 #include "engine/runtime/device_choice.h"
 #include "engine/runtime/guarded_copy.h"
 #include "engine/runtime/layer_segments.h"
@@ -1403,6 +1404,22 @@ absl::StatusOr<std::shared_ptr<ConvLayerPlan>> DevicePool::LayerPlan(
       if (!plan.has_value()) {
         return absl::InternalError(absl::StrCat("no engine the search passed builds here for ",
                                                 problem.Describe(), reasons));
+      }
+    }
+    if (plan->path() != LayerPath::kDirect) {
+      absl::StatusOr<EntryVerdict> entry =
+          AdmitProgrammaticEntry(*plan, problem, worker.handle.get(), worker.stream.get());
+      if (!entry.ok()) {
+        if (StickyCudaError(entry.status(), worker.stream.get()) != cudaSuccess) {
+          return entry.status();
+        }
+        spdlog::warn("programmatic entry not tested for {} ({}) on GPU {} worker {}: {}",
+                     problem.Describe(), plan->id().ToString(), device.ordinal, worker.index,
+                     std::string(entry.status().message()));
+      } else {
+        spdlog::info("programmatic entry {} for {} ({}) on GPU {} worker {}: {}",
+                     entry->admitted ? "admitted" : "refused", problem.Describe(),
+                     plan->id().ToString(), device.ordinal, worker.index, entry->detail);
       }
     }
     event.ok = true;

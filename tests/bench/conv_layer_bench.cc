@@ -64,6 +64,12 @@ ABSL_FLAG(int, calls_per_graph, 10,
 ABSL_FLAG(bool, graph_kernels, false,
           "graph replay: also print (on stderr) the kernels one run captured, by name, so a "
           "row says which kernels its time is");
+ABSL_FLAG(bool, programmatic_entry, true,
+          "enter cuDNN plans admitted by their test by programmatic edges (the server's "
+          "default, --programmatic_entry)");
+ABSL_FLAG(bool, entry_ab, false,
+          "graph replay: also time each row with programmatic entry on and off, alternating "
+          "twice, on the same plans (on stderr: ENTRY lines)");
 ABSL_FLAG(bool, dependent_launch, true,
           "launch convserve's own kernels as programmatic dependent launches (the server's "
           "default, --dependent_launch)");
@@ -331,6 +337,24 @@ int Run() {
                          DTypeName(variant.dtype), replays.status().ToString().c_str());
           }
         }
+        if (graph_timer != nullptr && absl::GetFlag(FLAGS_entry_ab)) {
+          float on[2] = {NAN, NAN}, off[2] = {NAN, NAN};
+          for (int round = 0; round < 2; ++round) {
+            for (bool entry : {true, false}) {
+              convserve::SetProgrammaticEntry(entry);
+              absl::StatusOr<std::vector<float>> t = graph_timer->Time(
+                  *executable, calls_per_graph, 3, absl::GetFlag(FLAGS_samples),
+                  absl::GetFlag(FLAGS_runs_per_sample), nullptr);
+              if (t.ok()) (entry ? on : off)[round] = Median(*t) * 1000;
+            }
+          }
+          convserve::SetProgrammaticEntry(absl::GetFlag(FLAGS_programmatic_entry));
+          std::fprintf(stderr, "ENTRY %s N=%ld %s %s %s: on %.2f %.2f off %.2f %.2f us\n",
+                       shape.name.c_str(), batch, DTypeName(variant.dtype),
+                       LayoutName(variant.layout),
+                       executable->plans()[0].programmatic_entry() ? "admitted" : "not admitted",
+                       on[0], on[1], off[0], off[1]);
+        }
         const ConvLayerPlan& plan = executable->plans()[0];
         std::printf("%s,%ld,%s,%s,%s,%s,%ld,%.5f,%.5f,\"%s\"\n", shape.name.c_str(), batch,
                     DTypeName(variant.dtype), LayoutName(variant.layout),
@@ -351,5 +375,6 @@ int main(int argc, char** argv) {
   spdlog::set_default_logger(spdlog::stderr_color_mt("bench"));
   absl::ParseCommandLine(argc, argv);
   convserve::SetDependentLaunch(absl::GetFlag(FLAGS_dependent_launch));
+  convserve::SetProgrammaticEntry(absl::GetFlag(FLAGS_programmatic_entry));
   return convserve::Run();
 }

@@ -60,6 +60,9 @@ ABSL_FLAG(std::string, cudnn_errata, "",
           "file of extra errata rules (engine configurations never to run), as the server's "
           "--cudnn_errata: e.g. to time a stack without one engine");
 
+ABSL_FLAG(bool, programmatic_entry, true,
+          "enter cuDNN plans admitted by their test by programmatic edges (the server's "
+          "default, --programmatic_entry)");
 ABSL_FLAG(bool, dependent_launch, true,
           "launch convserve's own kernels as programmatic dependent launches (the server's "
           "default, --dependent_launch)");
@@ -288,5 +291,6 @@ int main(int argc, char** argv) {
   spdlog::set_default_logger(spdlog::stderr_color_mt("bench"));
   absl::ParseCommandLine(argc, argv);
   convserve::SetDependentLaunch(absl::GetFlag(FLAGS_dependent_launch));
+  convserve::SetProgrammaticEntry(absl::GetFlag(FLAGS_programmatic_entry));
   return convserve::Run();
 }
