@@ -1406,7 +1406,8 @@ absl::StatusOr<std::shared_ptr<ConvLayerPlan>> DevicePool::LayerPlan(
                                                 problem.Describe(), reasons));
       }
     }
-    if (plan->path() != LayerPath::kDirect) {
+    // Only captured graphs enter a plan programmatically.
+    if (options_.cuda_graphs && plan->path() != LayerPath::kDirect) {
       absl::StatusOr<EntryVerdict> entry =
           AdmitProgrammaticEntry(*plan, problem, worker.handle.get(), worker.stream.get());
       if (!entry.ok()) {
