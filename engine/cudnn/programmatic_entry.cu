@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -175,6 +174,15 @@ absl::Status PlainRun(const EntryLaunch& launch, const EntryTestBuffers& buffers
 absl::StatusOr<EntryVerdict> TestProgrammaticEntry(const EntryLaunch& launch,
                                                    const EntryTestBuffers& buffers,
                                                    cudaStream_t stream) {
+  const auto aligned = [](const void* p, uintptr_t to) {
+    return reinterpret_cast<uintptr_t>(p) % to == 0;
+  };
+  if (!aligned(buffers.input, 16) || !aligned(buffers.output, 4) ||
+      !aligned(buffers.workspace, 4)) {
+    return absl::InvalidArgumentError(
+        "TestProgrammaticEntry: the input must be 16-byte aligned, the output and workspace "
+        "4-byte aligned");
+  }
   std::vector<uint8_t> expected, again;
   float ms = 0, ignored = 0;
   RETURN_IF_ERROR(PlainRun(launch, buffers, stream, &expected, &ms));

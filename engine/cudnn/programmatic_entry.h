@@ -34,7 +34,9 @@
 
 namespace convserve {
 
-// The device buffers a launch under test reads and writes.
+// The device buffers a launch under test reads and writes: the input
+// 16-byte aligned, the output and workspace 4-byte aligned (as cudaMalloc
+// and ProbeBuffers give them).
 struct EntryTestBuffers {
   void* input = nullptr;
   size_t input_bytes = 0;
@@ -52,9 +54,10 @@ struct EntryVerdict {
 
 // Whether the first kernel `launch` queues on a stream waits for the kernel
 // before it (see above). `launch` reads `buffers.input` and writes
-// `buffers.output` and the workspace only; it runs twice, plainly and
-// then captured. Leaves the input as it found it. An error only for a CUDA
-// failure outside the test (a sticky one, say).
+// `buffers.output` and the workspace only; it runs three times: twice
+// plainly, then captured. Leaves the input as it found it. An error only
+// for misaligned buffers or a CUDA failure outside the test (a sticky one,
+// say).
 using EntryLaunch = std::function<absl::Status(cudaStream_t)>;
 absl::StatusOr<EntryVerdict> TestProgrammaticEntry(const EntryLaunch& launch,
                                                    const EntryTestBuffers& buffers,
