@@ -181,7 +181,7 @@ absl::StatusOr<std::shared_ptr<CudnnExecutable>> CudnnBackend::CompileLocked(
                  graph->name(), i, problem.Describe(), plan->id().ToString(),
                  plan->workspace_bytes(), EngineSearchName(options_.selection.search),
                  absl::ToDoubleMilliseconds(absl::Now() - build_start));
-    if (plan->path() != LayerPath::kDirect) {
+    if (options_.programmatic_entry && plan->path() != LayerPath::kDirect) {
       ASSIGN_OR_RETURN(EntryVerdict entry,
                        AdmitProgrammaticEntry(*plan, problem, handle_.get(), stream_.get()));
       spdlog::info("programmatic entry {} for graph '{}' layers[{}]: {}",

@@ -238,6 +238,7 @@ int Run() {
   options.selection.autotune_candidates = absl::GetFlag(FLAGS_autotune_candidates);
   options.selection.autotune_knob_candidates = absl::GetFlag(FLAGS_autotune_knob_candidates);
   options.selection.autotune_iterations = absl::GetFlag(FLAGS_autotune_iterations);
+  options.programmatic_entry = absl::GetFlag(FLAGS_programmatic_entry);
   absl::StatusOr<std::unique_ptr<CudnnBackend>> backend = CudnnBackend::Create(options);
   if (!backend.ok()) {
     std::fprintf(stderr, "conv_layer_bench: %s\n", backend.status().ToString().c_str());
