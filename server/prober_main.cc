@@ -43,6 +43,9 @@ ABSL_FLAG(bool, strict_float32, false, "no TF32 or down-converting engines for f
 ABSL_FLAG(bool, direct_kernels, true, "also race convserve's own kernels");
 ABSL_FLAG(bool, dependent_launch, true,
           "launch convserve's own kernels as programmatic dependent launches (as the server)");
+ABSL_FLAG(bool, programmatic_entry, false,
+          "autotune: time the cuDNN plans kept entered programmatically where the test admits "
+          "them (the server's captured graphs enter them so)");
 ABSL_FLAG(int64_t, max_workspace_bytes, int64_t{256} << 20, "largest cuDNN workspace");
 ABSL_FLAG(int, autotune_candidates, 12, "autotune: candidates run per path");
 ABSL_FLAG(int, autotune_knob_candidates, 16, "autotune: knob-search candidates per layer");
@@ -135,6 +138,7 @@ int Run() {
   selection.strict_float32 = absl::GetFlag(FLAGS_strict_float32);
   selection.direct_kernels = absl::GetFlag(FLAGS_direct_kernels);
   SetDependentLaunch(absl::GetFlag(FLAGS_dependent_launch));
+  SetProgrammaticEntry(absl::GetFlag(FLAGS_programmatic_entry));
   selection.max_workspace_bytes = absl::GetFlag(FLAGS_max_workspace_bytes);
   selection.autotune_candidates = absl::GetFlag(FLAGS_autotune_candidates);
   selection.autotune_iterations = absl::GetFlag(FLAGS_autotune_iterations);
@@ -176,6 +180,7 @@ int Run() {
   SearchOptions options;
   options.testing_fault_rank = absl::GetFlag(FLAGS_testing_fault_candidate_rank);
   options.only = absl::GetFlag(FLAGS_only_candidate);
+  options.programmatic_entry = ProgrammaticEntryEnabled();
   Say(absl::StrCat("READY ", EscapeLine(target.Key())));
 
   uint64_t searches = 0;

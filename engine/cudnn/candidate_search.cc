@@ -11,6 +11,7 @@
 #include "engine/cudnn/direct_conv.h"
 #include "engine/cudnn/launch_timer.h"
 #include "engine/cudnn/probe_buffers.h"
+#include "engine/cudnn/programmatic_entry.h"
 #include "engine/status_macros.h"
 #include "spdlog/spdlog.h"
 
@@ -130,6 +131,33 @@ class CandidateRunner {
   }
 
  public:
+  // Tests `plan` for programmatic entry (AdmitProgrammaticEntry, on its own
+  // scratch buffers) and, admitted, times it again entered so; binds it to
+  // the search's buffers again either way. Returns the verdict for the
+  // report; a non-OK status means the device is lost.
+  absl::StatusOr<std::string> Enter(ConvLayerPlan& plan) {
+    absl::StatusOr<EntryVerdict> verdict =
+        AdmitProgrammaticEntry(plan, problem_, planner_.handle(), stream_);
+    if (StickyCudaError(verdict.status(), stream_) != cudaSuccess) return verdict.status();
+    RETURN_IF_ERROR(plan.Bind(problem_, buffers_.buffers()));
+    if (!verdict.ok()) {
+      return absl::StrCat("programmatic entry not tested: ", verdict.status().message());
+    }
+    if (!verdict->admitted) {
+      return absl::StrCat("programmatic entry refused: ", verdict->detail);
+    }
+    bool captured = false;
+    absl::StatusOr<float> ms = Time(plan, &captured);
+    if (StickyCudaError(ms.status(), stream_) != cudaSuccess) return ms.status();
+    if (!ms.ok() || !captured) {
+      plan.set_programmatic_entry(false);
+      return absl::StrCat("programmatic entry admitted, not timed: ",
+                          ms.ok() ? "the runs were not captured" : ms.status().message());
+    }
+    plan.set_measured_ms(*ms);
+    return absl::StrFormat("timed entered programmatically (%.4f ms)", *ms);
+  }
+
   // The finalists again, `rounds` rounds of one sample each in turn, so
   // drift in clocks or temperature falls on all of them alike; each plan is
   // bound to the buffers again first (the workspace may have grown since it
@@ -302,6 +330,34 @@ absl::StatusOr<SearchReport> SearchEngines(ConvLayerPlanner& planner, cudaStream
     if (now == nullptr || now->id() == center) break;
   }
 
+  const auto sort_kept = [&] {
+    std::stable_sort(kept.begin(), kept.end(),
+                     [&](const ConvLayerPlan& a, const ConvLayerPlan& b) { return rank(a) < rank(b); });
+  };
+  // The kept plans again, with their new time and `detail`, which also ends
+  // the OnTry before it (observers replace earlier results).
+  const auto report_again = [&](const ConvLayerPlan& plan, const std::string& detail) {
+    for (CandidateResult& result : report.results) {
+      if (result.id != plan.id() || !result.ok) continue;
+      result.ms = plan.measured_ms();
+      if (!detail.empty()) result.detail = detail;
+      observer->OnResult(result);
+    }
+  };
+
+  // The kept cuDNN plans that admit programmatic entry, timed entered so:
+  // the candidates above ran with a plain edge into their first kernel,
+  // which the server's graphs keep only for the plans the test refuses.
+  if (autotune && options.programmatic_entry) {
+    for (ConvLayerPlan& plan : kept) {
+      if (!graphs.contains(plan.path())) continue;
+      observer->OnTry(plan.id());
+      ASSIGN_OR_RETURN(const std::string detail, runner.Enter(plan));
+      report_again(plan, detail);
+    }
+    sort_kept();
+  }
+
   // Autotune's final: the kept plans within kFinalistSpread of the best are
   // timed again in turns, and the best of that timing wins. One pass of a
   // few samples each picks among near-equal candidates by noise; the server
@@ -322,16 +378,9 @@ absl::StatusOr<SearchReport> SearchEngines(ConvLayerPlanner& planner, cudaStream
     // replace), or with its first one when the final failed.
     for (size_t i = 0; i < kept.size(); ++i) {
       if (ms.ok()) kept[i].set_measured_ms((*ms)[i]);
-      for (CandidateResult& result : report.results) {
-        if (result.id != kept[i].id() || !result.ok) continue;
-        result.ms = kept[i].measured_ms();
-        observer->OnResult(result);
-      }
+      report_again(kept[i], "");
     }
-    std::stable_sort(kept.begin(), kept.end(), [&](const ConvLayerPlan& a,
-                                                   const ConvLayerPlan& b) {
-      return rank(a) < rank(b);
-    });
+    sort_kept();
   }
 
   if (kept.empty()) {

@@ -166,12 +166,14 @@ absl::StatusOr<std::shared_ptr<CudnnExecutable>> CudnnBackend::CompileLocked(
   ConvLayerPlanner planner(handle_.get(), options_.selection, versions_.target());
   std::vector<ConvLayerProblem> problems = MakeLayerProblems(*graph, input_shape, outputs);
   int64_t workspace = 0;
+  SearchOptions search;
+  search.programmatic_entry = options_.programmatic_entry;
   for (size_t i = 0; i < problems.size(); ++i) {
     ConvLayerProblem& problem = problems[i];
     const absl::Time build_start = absl::Now();
     std::optional<ConvLayerPlan> plan;
     absl::StatusOr<SearchReport> report =
-        SearchEngines(planner, stream_.get(), problem, SearchOptions(), nullptr, &plan);
+        SearchEngines(planner, stream_.get(), problem, search, nullptr, &plan);
     if (!report.ok()) {
       return absl::Status(report.status().code(),
                           absl::StrCat("graph '", graph->name(), "' layers[", i, "]: ",

@@ -32,8 +32,10 @@ struct CudnnBackendOptions {
   // Compiled (graph, shape) executables kept for reuse.
   int max_cached_executables = 256;
   // Test each cuDNN plan for programmatic entry (AdmitProgrammaticEntry) as
-  // it is compiled. Only a caller that captures the executable's plans into
-  // CUDA graphs gains from it (conv_layer_bench); Run never captures.
+  // it is compiled, and let autotune time the plans it keeps so
+  // (SearchOptions::programmatic_entry). Only a caller that captures the
+  // executable's plans into CUDA graphs gains from it (conv_layer_bench);
+  // Run never captures.
   bool programmatic_entry = false;
 };
 

@@ -379,7 +379,9 @@ absl::StatusOr<double> ElapsedSeconds(const CudaEvent& from, const CudaEvent& to
   return ms / 1e3;
 }
 
-std::string PolicyName(const EngineSelection& s) {
+// `entered`: autotune times the cuDNN plans it keeps entered programmatically
+// (SearchOptions::programmatic_entry), so it may choose otherwise.
+std::string PolicyName(const EngineSelection& s, bool entered) {
   return absl::StrCat(EngineSearchName(s.search), s.deterministic_only ? "/deterministic" : "",
                       s.strict_float32 ? "/strict" : "/tf32",
                       s.direct_kernels ? absl::StrCat("/direct", kDirectPathRevision) : "",
@@ -388,7 +390,8 @@ std::string PolicyName(const EngineSelection& s) {
                           ? absl::StrCat("/n", s.autotune_candidates, "/k",
                                          s.autotune_knob_candidates)
                           : "",
-                      s.blocklist.empty() ? "" : absl::StrCat("/blocked", s.blocklist.size()));
+                      s.blocklist.empty() ? "" : absl::StrCat("/blocked", s.blocklist.size()),
+                      s.search == EngineSearch::kAutotune && entered ? "/entry" : "");
 }
 
 absl::StatusOr<std::string> PrivateStoreDirectory() {
@@ -431,7 +434,7 @@ class InProcessObserver : public SearchObserver {
 
 DevicePool::DevicePool(const DevicePoolOptions& options)
     : options_(options),
-      policy_(PolicyName(options.selection)),
+      policy_(PolicyName(options.selection, options.cuda_graphs && ProgrammaticEntryEnabled())),
       choices_(options.plan_cache),
       plans_(options.plan_cache),
       pair_choices_(options.plan_cache) {}
@@ -511,6 +514,7 @@ absl::StatusOr<std::unique_ptr<DevicePool>> DevicePool::Create(const DevicePoolO
       launch.testing_fault_rank = options.testing_fault_candidate_rank;
       launch.log_level = options.prober_log_level;
       launch.dependent_launch = DependentLaunchEnabled();
+      launch.programmatic_entry = options.cuda_graphs && ProgrammaticEntryEnabled();
       EngineProberOptions prober;
       prober.binary = options.prober_binary;
       prober.arguments = ProberArguments(launch);
@@ -1271,6 +1275,7 @@ absl::StatusOr<EngineChoice> DevicePool::SearchEngine(Device& device, Worker& wo
     InProcessObserver observer(store_.get(), device.target.Key(), problem);
     SearchOptions search;
     search.testing_fault_rank = options_.testing_fault_candidate_rank;
+    search.programmatic_entry = options_.cuda_graphs && ProgrammaticEntryEnabled();
     absl::StatusOr<SearchReport> found =
         SearchEngines(planner, worker.stream.get(), problem, search, &observer, searched);
     in_process_vetoed_ += observer.vetoed();

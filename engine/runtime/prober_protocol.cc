@@ -31,6 +31,7 @@ std::vector<std::string> ProberArguments(const ProberLaunch& launch) {
       absl::StrCat("--testing_fault_candidate_rank=", launch.testing_fault_rank),
       absl::StrCat("--log_level=", launch.log_level),
       absl::StrCat("--dependent_launch=", launch.dependent_launch ? "true" : "false"),
+      absl::StrCat("--programmatic_entry=", launch.programmatic_entry ? "true" : "false"),
   };
 }
 

@@ -54,6 +54,10 @@ struct ProberLaunch {
   std::string log_level = "info";
   // Candidates launched as the server launches them (SetDependentLaunch).
   bool dependent_launch = true;
+  // Autotune times the cuDNN plans it keeps entered programmatically where
+  // admitted (SearchOptions::programmatic_entry): the server's workers
+  // capture graphs and enter plans so.
+  bool programmatic_entry = false;
 };
 
 // The prober's flags (after argv[0]) for `launch`.

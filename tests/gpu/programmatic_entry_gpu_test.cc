@@ -5,7 +5,10 @@
 //    memset (only a kernel can wait); each leaves the input as it found it.
 // 2. Autotune's cuDNN winner (convserve's own kernels left out) of seeded
 //    random layers (every dtype and layout, odd sizes, 1x1 to 5x5, strides
-//    1 and 2) and of two benchmark layers at batch 32: each gets a verdict.
+//    1 and 2) and of two benchmark layers at batch 32, searched as the
+//    server searches (SearchOptions::programmatic_entry): the search
+//    reports a verdict for the winner and, admitted, its time entered
+//    programmatically, and testing the plan again gives the same verdict.
 //    An admitted plan, run three times in one captured graph, is entered
 //    by programmatic edges, and each replay into a NaN-filled output
 //    writes the bits a plain run writes, within the float64 reference's
@@ -115,16 +118,35 @@ class ProgrammaticEntryTest : public CudnnDeviceTest {
     const PreparedLayer layer = Prepare(c, rng);
     if (!layer.ok) return INFINITY;
     std::optional<ConvLayerPlan> plan;
-    absl::StatusOr<SearchReport> report = Autotune(layer.problem, /*direct=*/false, &plan);
+    SearchOptions options;
+    options.programmatic_entry = true;
+    absl::StatusOr<SearchReport> report =
+        Autotune(layer.problem, /*direct=*/false, &plan, options);
     EXPECT_TRUE(report.ok()) << report.status();
     if (!report.ok() || !plan.has_value()) return INFINITY;
+    // The search's verdict on its winner: in the winner's result and plan.
+    const bool searched_entry = plan->programmatic_entry();
+    std::string searched_detail;
+    float searched_ms = 0;
+    for (const CandidateResult& result : report->results) {
+      if (!result.ok || result.id != plan->id()) continue;
+      searched_detail = result.detail;
+      searched_ms = result.ms;
+    }
+    EXPECT_NE(searched_detail.find(searched_entry ? "timed entered programmatically"
+                                                  : "programmatic entry"),
+              std::string::npos)
+        << plan->id().ToString() << ": " << searched_detail;
+    EXPECT_FLOAT_EQ(searched_ms, plan->measured_ms()) << "the report gives the winner's last time";
     absl::StatusOr<EntryVerdict> verdict =
         AdmitProgrammaticEntry(*plan, layer.problem, handle_.get(), stream_.get());
     EXPECT_TRUE(verdict.ok()) << verdict.status();
     if (!verdict.ok()) return INFINITY;
-    std::printf("entry %-40s %s: %s (%s)\n", c.Describe().c_str(), plan->id().ToString().c_str(),
-                verdict->admitted ? "admitted" : "refused", verdict->detail.c_str());
+    std::printf("entry %-40s %s: %s (%s; searched: %s)\n", c.Describe().c_str(),
+                plan->id().ToString().c_str(), verdict->admitted ? "admitted" : "refused",
+                verdict->detail.c_str(), searched_detail.c_str());
     EXPECT_EQ(plan->programmatic_entry(), verdict->admitted);
+    EXPECT_EQ(verdict->admitted, searched_entry) << "the same verdict at search and at build";
     if (!Hopper()) EXPECT_FALSE(verdict->admitted);
     if (!verdict->admitted) return 0;
     ++*admitted;

@@ -177,12 +177,13 @@ class CudnnDeviceTest : public ::testing::Test {
   // The autotune search of `problem`, convserve's own kernels raced
   // (`direct`) or not; its winner in `best`.
   absl::StatusOr<SearchReport> Autotune(const ConvLayerProblem& problem, bool direct,
-                                        std::optional<ConvLayerPlan>* best) {
+                                        std::optional<ConvLayerPlan>* best,
+                                        const SearchOptions& options = SearchOptions()) {
     EngineSelection selection;
     selection.search = EngineSearch::kAutotune;
     selection.direct_kernels = direct;
     ConvLayerPlanner planner(handle_.get(), selection, target_);
-    return SearchEngines(planner, stream_.get(), problem, SearchOptions(), nullptr, best);
+    return SearchEngines(planner, stream_.get(), problem, options, nullptr, best);
   }
 
   // What autotune's race of the direct path against cuDNN found for a
