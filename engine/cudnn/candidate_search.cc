@@ -331,8 +331,10 @@ absl::StatusOr<SearchReport> SearchEngines(ConvLayerPlanner& planner, cudaStream
   }
 
   const auto sort_kept = [&] {
-    std::stable_sort(kept.begin(), kept.end(),
-                     [&](const ConvLayerPlan& a, const ConvLayerPlan& b) { return rank(a) < rank(b); });
+    std::stable_sort(kept.begin(), kept.end(), [&](const ConvLayerPlan& a,
+                                                   const ConvLayerPlan& b) {
+      return rank(a) < rank(b);
+    });
   };
   // The kept plans again, with their new time and `detail`, which also ends
   // the OnTry before it (observers replace earlier results).

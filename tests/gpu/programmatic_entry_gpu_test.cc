@@ -3,6 +3,9 @@
 //    before it, and refuses one that reads its input before it waits, one
 //    that writes its output before it waits, and the waiting one after a
 //    memset (only a kernel can wait); each leaves the input as it found it.
+//    A launch whose first run is slow (as a cuDNN plan's that compiles its
+//    kernel then) is held back by its second run's time, not its first's;
+//    one whose every run is too slow to hold back is refused untested.
 // 2. Autotune's cuDNN winner (convserve's own kernels left out) of seeded
 //    random layers (every dtype and layout, odd sizes, 1x1 to 5x5, strides
 //    1 and 2) and of two benchmark layers at batch 32, searched as the
@@ -19,10 +22,12 @@
 // CONVSERVE_ENTRY_SEED and CONVSERVE_ENTRY_CASES change the random layers.
 #include <cuda_runtime_api.h>
 
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "engine/cudnn/dependent_launch.h"
@@ -238,6 +243,65 @@ TEST_F(ProgrammaticEntryTest, AdmitsOnlyKernelsThatWaitForTheKernelBefore) {
     EXPECT_NE(verdict->detail.find(c.detail), std::string::npos) << verdict->detail;
     EXPECT_EQ(DeviceBytes(in->data(), kBytes), input) << "the input is put back";
   }
+}
+
+// Queues on `stream` a host function that sleeps `ms` milliseconds.
+cudaError_t SleepOnStream(cudaStream_t stream, int* ms) {
+  return cudaLaunchHostFunc(
+      stream,
+      [](void* data) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(*static_cast<int*>(data)));
+      },
+      ms);
+}
+
+TEST_F(ProgrammaticEntryTest, HoldsTheInputBackBySteadyRunsOnly) {
+  if (!Hopper()) GTEST_SKIP() << "programmatic launches need compute capability 9.0";
+  constexpr size_t kBytes = 4096;
+  absl::StatusOr<DeviceBuffer> in = DeviceBuffer::Create(kBytes);
+  absl::StatusOr<DeviceBuffer> out = DeviceBuffer::Create(kBytes);
+  ASSERT_TRUE(in.ok() && out.ok());
+  ASSERT_EQ(cudaMemset(in->data(), 1, kBytes), cudaSuccess);
+  EntryTestBuffers buffers{in->data(), kBytes, out->data(), kBytes, nullptr, 0};
+  // A slow first run (one-time work, 300 ms): held back by the second's
+  // time, a few microseconds, so the late kernel runs 0.2 ms, not 2.4 s.
+  int sleep_ms = 300;
+  int runs = 0;
+  absl::StatusOr<EntryVerdict> verdict = TestProgrammaticEntry(
+      [&](cudaStream_t s) -> absl::Status {
+        if (runs++ == 0 && SleepOnStream(s, &sleep_ms) != cudaSuccess) {
+          return absl::InternalError("cudaLaunchHostFunc failed");
+        }
+        return LaunchCopyForTesting(EntryTestCopy::kWaits, in->data(), out->data(), kBytes, s);
+      },
+      buffers, stream_.get());
+  ASSERT_TRUE(verdict.ok()) << verdict.status();
+  std::printf("slow first run: %s (%s)\n", verdict->admitted ? "admitted" : "refused",
+              verdict->detail.c_str());
+  EXPECT_TRUE(verdict->admitted) << verdict->detail;
+  double held_ms = 0;
+  ASSERT_EQ(std::sscanf(verdict->detail.c_str(), "waited for a kernel that ran %lf ms", &held_ms),
+            1)
+      << verdict->detail;
+  EXPECT_LT(held_ms, 20.0);
+  // Every plain run slow (25 ms): 8 runs are over the most it holds back.
+  sleep_ms = 25;
+  runs = 0;
+  verdict = TestProgrammaticEntry(
+      [&](cudaStream_t s) -> absl::Status {
+        if (runs++ < 2 && SleepOnStream(s, &sleep_ms) != cudaSuccess) {
+          return absl::InternalError("cudaLaunchHostFunc failed");
+        }
+        return LaunchCopyForTesting(EntryTestCopy::kWaits, in->data(), out->data(), kBytes, s);
+      },
+      buffers, stream_.get());
+  ASSERT_TRUE(verdict.ok()) << verdict.status();
+  std::printf("slow runs: %s (%s)\n", verdict->admitted ? "admitted" : "refused",
+              verdict->detail.c_str());
+  EXPECT_FALSE(verdict->admitted);
+  EXPECT_NE(verdict->detail.find("too long to hold its input back"), std::string::npos)
+      << verdict->detail;
+  EXPECT_EQ(runs, 2) << "refused before the captured run";
 }
 
 TEST_F(ProgrammaticEntryTest, AutotunedCudnnPlansAreTestedAndEnteredAsAdmitted) {
