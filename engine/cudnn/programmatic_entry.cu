@@ -194,8 +194,9 @@ absl::StatusOr<EntryVerdict> TestProgrammaticEntry(const EntryLaunch& launch,
     return EntryVerdict{false, "two plain runs wrote different outputs, so a run's output "
                                "cannot tell whether it read its input early"};
   }
-  // A plan's first run may hold one-time work (cuDNN compiles its runtime
-  // fusion kernels then, for seconds): the faster run's time.
+  // A plan's first run may hold one-time work, which the events around it
+  // count (its kernels loaded, or compiled from PTX, while the host queues
+  // it: seconds under load): the faster run's time.
   ms = std::min(ms, first_ms);
   const double delay_ms = std::max(kMinDelayMs, kDelayRuns * ms);
   if (delay_ms > kMaxDelayMs) {

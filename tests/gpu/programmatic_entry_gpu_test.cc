@@ -3,8 +3,8 @@
 //    before it, and refuses one that reads its input before it waits, one
 //    that writes its output before it waits, and the waiting one after a
 //    memset (only a kernel can wait); each leaves the input as it found it.
-//    A launch whose first run is slow (as a cuDNN plan's that compiles its
-//    kernel then) is held back by its second run's time, not its first's;
+//    A launch whose first run is slow (as a cuDNN plan's can be, loading
+//    its kernels) is held back by its second run's time, not its first's;
 //    one whose every run is too slow to hold back is refused untested.
 // 2. Autotune's cuDNN winner (convserve's own kernels left out) of seeded
 //    random layers (every dtype and layout, odd sizes, 1x1 to 5x5, strides
