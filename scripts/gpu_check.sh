@@ -45,7 +45,7 @@ if [[ " $steps " == *" tests "* ]]; then
   gtest direct_halo_gpu_test 300 "^direct halo|^race"
   gtest pointwise_pair_gpu_test 300 "^pointwise pair|^pool "
   gtest dependent_launch_gpu_test 200 "^dependent launch|^chain "
-  gtest programmatic_entry_gpu_test 300 "^programmatic entry|^copy kind"
+  gtest programmatic_entry_gpu_test 300 "^programmatic entry|^copy kind|^slow"
   gtest knob_search_gpu_test 300 "^knob search|  float|  bfloat|winner|alone by name"
 fi
 

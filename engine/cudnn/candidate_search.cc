@@ -132,10 +132,10 @@ class CandidateRunner {
 
  public:
   // Tests `plan` for programmatic entry (AdmitProgrammaticEntry, on its own
-  // scratch buffers) and, admitted, times it again entered so; binds it to
-  // the search's buffers again either way. Returns the verdict for the
-  // report; a non-OK status means the device is lost.
-  absl::StatusOr<std::string> Enter(ConvLayerPlan& plan) {
+  // scratch buffers) and, admitted and `time`, times it again entered so;
+  // binds it to the search's buffers again either way. Returns the verdict
+  // for the report; a non-OK status means the device is lost.
+  absl::StatusOr<std::string> Enter(ConvLayerPlan& plan, bool time) {
     absl::StatusOr<EntryVerdict> verdict =
         AdmitProgrammaticEntry(plan, problem_, planner_.handle(), stream_);
     if (StickyCudaError(verdict.status(), stream_) != cudaSuccess) return verdict.status();
@@ -146,6 +146,7 @@ class CandidateRunner {
     if (!verdict->admitted) {
       return absl::StrCat("programmatic entry refused: ", verdict->detail);
     }
+    if (!time) return absl::StrCat("programmatic entry admitted: ", verdict->detail);
     bool captured = false;
     absl::StatusOr<float> ms = Time(plan, &captured);
     if (StickyCudaError(ms.status(), stream_) != cudaSuccess) return ms.status();
@@ -347,14 +348,16 @@ absl::StatusOr<SearchReport> SearchEngines(ConvLayerPlanner& planner, cudaStream
     }
   };
 
-  // The kept cuDNN plans that admit programmatic entry, timed entered so:
-  // the candidates above ran with a plain edge into their first kernel,
-  // which the server's graphs keep only for the plans the test refuses.
-  if (autotune && options.programmatic_entry) {
+  // The kept cuDNN plans tested for programmatic entry, so the plan the
+  // search returns carries its verdict; under autotune those admitted are
+  // timed entered so: the candidates above ran with a plain edge into their
+  // first kernel, which the server's graphs keep only for the plans the
+  // test refuses.
+  if (options.programmatic_entry) {
     for (ConvLayerPlan& plan : kept) {
       if (!graphs.contains(plan.path())) continue;
       observer->OnTry(plan.id());
-      ASSIGN_OR_RETURN(const std::string detail, runner.Enter(plan));
+      ASSIGN_OR_RETURN(const std::string detail, runner.Enter(plan, autotune));
       report_again(plan, detail);
     }
     sort_kept();

@@ -49,19 +49,19 @@ struct SearchOptions {
   // Reproduction aid: run only the candidate with this id (ToString()); the
   // others are reported as not selected. Empty: all.
   std::string only;
-  // Autotune: test the kept cuDNN plans for programmatic entry
-  // (AdmitProgrammaticEntry) and time those admitted entered so, as the
-  // server's captured graphs will run them (--cuda_graphs with
-  // --programmatic_entry).
+  // Test the kept cuDNN plans for programmatic entry
+  // (AdmitProgrammaticEntry), so the plan returned carries its verdict, and
+  // under autotune time those admitted entered so, as the server's captured
+  // graphs will run them (--cuda_graphs with --programmatic_entry).
   bool programmatic_entry = false;
 };
 
 // Runs the search for `problem` on `stream` (the planner's handle's). Under
 // autotune: the heuristics' candidates per path, then the knob search around
 // the winner (EngineSelection::autotune_knob_candidates), then (with
-// `options.programmatic_entry`) the kept cuDNN plans that admit programmatic
-// entry timed again entered so, then the fastest few, within 10% of the best,
-// timed again in turns; the observer hears
+// `options.programmatic_entry`, which under any policy tests the plans kept)
+// the kept cuDNN plans that admit programmatic entry timed again entered so,
+// then the fastest few, within 10% of the best, timed again in turns; the observer hears
 // OnTry for a finalist before each of its runs there, and every finalist is
 // reported again after (with its new time). The report lists
 // every candidate considered. When one passes, `best` (if not

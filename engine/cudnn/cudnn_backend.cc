@@ -11,7 +11,6 @@
 #include "absl/time/time.h"
 #include "engine/cudnn/candidate_search.h"
 #include "engine/cudnn/cudnn_status.h"
-#include "engine/cudnn/programmatic_entry.h"
 #include "engine/status_macros.h"
 #include "spdlog/spdlog.h"
 
@@ -184,10 +183,12 @@ absl::StatusOr<std::shared_ptr<CudnnExecutable>> CudnnBackend::CompileLocked(
                  plan->workspace_bytes(), EngineSearchName(options_.selection.search),
                  absl::ToDoubleMilliseconds(absl::Now() - build_start));
     if (options_.programmatic_entry && plan->path() != LayerPath::kDirect) {
-      ASSIGN_OR_RETURN(EntryVerdict entry,
-                       AdmitProgrammaticEntry(*plan, problem, handle_.get(), stream_.get()));
-      spdlog::info("programmatic entry {} for graph '{}' layers[{}]: {}",
-                   entry.admitted ? "admitted" : "refused", graph->name(), i, entry.detail);
+      // The search tested it (SearchOptions::programmatic_entry); its
+      // result says what it found.
+      for (const CandidateResult& result : report->results) {
+        if (!result.ok || result.id != plan->id()) continue;
+        spdlog::info("graph '{}' layers[{}]: {}", graph->name(), i, result.detail);
+      }
     }
     workspace = std::max(workspace, plan->workspace_bytes());
     executable->problems_.push_back(std::move(problem));

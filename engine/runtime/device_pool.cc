@@ -1392,7 +1392,10 @@ absl::StatusOr<std::shared_ptr<ConvLayerPlan>> DevicePool::LayerPlan(
                                                 sizeof(EngineChoice)};
         }));
     std::optional<ConvLayerPlan> plan;
-    if (searched.has_value() && searched->id() == choice->ranked.front()) {
+    // The plan an in-process search returns was tested for programmatic
+    // entry there (SearchOptions::programmatic_entry).
+    const bool entry_tested = searched.has_value() && searched->id() == choice->ranked.front();
+    if (entry_tested) {
       plan = std::move(searched);
     } else {
       std::string reasons;
@@ -1412,7 +1415,7 @@ absl::StatusOr<std::shared_ptr<ConvLayerPlan>> DevicePool::LayerPlan(
       }
     }
     // Only captured graphs enter a plan programmatically.
-    if (options_.cuda_graphs && plan->path() != LayerPath::kDirect) {
+    if (options_.cuda_graphs && plan->path() != LayerPath::kDirect && !entry_tested) {
       absl::StatusOr<EntryVerdict> entry =
           AdmitProgrammaticEntry(*plan, problem, worker.handle.get(), worker.stream.get());
       if (!entry.ok()) {

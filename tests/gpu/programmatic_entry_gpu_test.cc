@@ -263,21 +263,31 @@ TEST_F(ProgrammaticEntryTest, HoldsTheInputBackBySteadyRunsOnly) {
   ASSERT_TRUE(in.ok() && out.ok());
   ASSERT_EQ(cudaMemset(in->data(), 1, kBytes), cudaSuccess);
   EntryTestBuffers buffers{in->data(), kBytes, out->data(), kBytes, nullptr, 0};
+  // The waiting copy, its first `slow_runs` runs held `sleep_ms` by the
+  // host first; `runs` counts its runs.
+  int sleep_ms = 0, slow_runs = 0, runs = 0;
+  const auto test = [&](const char* name) {
+    runs = 0;
+    absl::StatusOr<EntryVerdict> verdict = TestProgrammaticEntry(
+        [&](cudaStream_t s) -> absl::Status {
+          if (runs++ < slow_runs && SleepOnStream(s, &sleep_ms) != cudaSuccess) {
+            return absl::InternalError("cudaLaunchHostFunc failed");
+          }
+          return LaunchCopyForTesting(EntryTestCopy::kWaits, in->data(), out->data(), kBytes, s);
+        },
+        buffers, stream_.get());
+    if (verdict.ok()) {
+      std::printf("%s: %s (%s)\n", name, verdict->admitted ? "admitted" : "refused",
+                  verdict->detail.c_str());
+    }
+    return verdict;
+  };
   // A slow first run (one-time work, 300 ms): held back by the second's
   // time, a few microseconds, so the late kernel runs 0.2 ms, not 2.4 s.
-  int sleep_ms = 300;
-  int runs = 0;
-  absl::StatusOr<EntryVerdict> verdict = TestProgrammaticEntry(
-      [&](cudaStream_t s) -> absl::Status {
-        if (runs++ == 0 && SleepOnStream(s, &sleep_ms) != cudaSuccess) {
-          return absl::InternalError("cudaLaunchHostFunc failed");
-        }
-        return LaunchCopyForTesting(EntryTestCopy::kWaits, in->data(), out->data(), kBytes, s);
-      },
-      buffers, stream_.get());
+  sleep_ms = 300;
+  slow_runs = 1;
+  absl::StatusOr<EntryVerdict> verdict = test("slow first run");
   ASSERT_TRUE(verdict.ok()) << verdict.status();
-  std::printf("slow first run: %s (%s)\n", verdict->admitted ? "admitted" : "refused",
-              verdict->detail.c_str());
   EXPECT_TRUE(verdict->admitted) << verdict->detail;
   double held_ms = 0;
   ASSERT_EQ(std::sscanf(verdict->detail.c_str(), "waited for a kernel that ran %lf ms", &held_ms),
@@ -286,18 +296,9 @@ TEST_F(ProgrammaticEntryTest, HoldsTheInputBackBySteadyRunsOnly) {
   EXPECT_LT(held_ms, 20.0);
   // Every plain run slow (25 ms): 8 runs are over the most it holds back.
   sleep_ms = 25;
-  runs = 0;
-  verdict = TestProgrammaticEntry(
-      [&](cudaStream_t s) -> absl::Status {
-        if (runs++ < 2 && SleepOnStream(s, &sleep_ms) != cudaSuccess) {
-          return absl::InternalError("cudaLaunchHostFunc failed");
-        }
-        return LaunchCopyForTesting(EntryTestCopy::kWaits, in->data(), out->data(), kBytes, s);
-      },
-      buffers, stream_.get());
+  slow_runs = 2;
+  verdict = test("slow runs");
   ASSERT_TRUE(verdict.ok()) << verdict.status();
-  std::printf("slow runs: %s (%s)\n", verdict->admitted ? "admitted" : "refused",
-              verdict->detail.c_str());
   EXPECT_FALSE(verdict->admitted);
   EXPECT_NE(verdict->detail.find("too long to hold its input back"), std::string::npos)
       << verdict->detail;
