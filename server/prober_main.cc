@@ -180,7 +180,10 @@ int Run() {
   SearchOptions options;
   options.testing_fault_rank = absl::GetFlag(FLAGS_testing_fault_candidate_rank);
   options.only = absl::GetFlag(FLAGS_only_candidate);
-  options.programmatic_entry = ProgrammaticEntryEnabled();
+  // Its verdicts stay in this process: worth testing only where autotune
+  // times the admitted plans with it.
+  options.programmatic_entry =
+      ProgrammaticEntryEnabled() && selection.search == EngineSearch::kAutotune;
   Say(absl::StrCat("READY ", EscapeLine(target.Key())));
 
   uint64_t searches = 0;
